@@ -1,0 +1,166 @@
+"""Launch planning shared by ``chunk_local_cumsum`` and ``chunk_global_cumsum``."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from core_triton import checks
+from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.segment_cumsum import segment_cumsum_kernel
+from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
+
+# Tiles hold about this many float32 values: enough per load to keep a
+# Hopper SM busy, few enough to stay in registers.
+_TILE_ELEMENTS = 4096
+# Global scans are sequential along time, so the feature axis is split
+# finely enough to give every SM a couple of programs.
+_MIN_GLOBAL_PROGRAMS = 512
+
+
+@dataclass(frozen=True)
+class CumsumPlans:
+    """Forward launch, the backward launch as a function of the cotangent's
+    TensorInfo, and the chunk size for ``chunk_offsets`` (``None``: the
+    kernel takes no ``chunk_offsets``)."""
+
+    forward: LaunchPlan
+    backward: Callable[[TensorInfo], LaunchPlan]
+    offsets_chunk_size: int | None
+
+
+def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
+    forward = plan(
+        x, cu_seqlens, chunk=chunk, reverse=reverse, scale=scale,
+        head_first=head_first, out_dtype=out_dtype,
+    )
+    # d/dx of a windowed running sum is the opposite-direction running sum
+    # over the same windows, scaled alike, in the input's dtype.
+    backward = functools.partial(
+        plan, cu_seqlens=cu_seqlens, chunk=chunk, reverse=not reverse, scale=scale,
+        head_first=head_first, out_dtype=x.dtype,
+    )
+    offsets = chunk if (cu_seqlens is not None and chunk is not None) else None
+    return CumsumPlans(forward, backward, offsets)
+
+
+def _layout(x: TensorInfo, head_first: bool):
+    """(B, T, H, S) and the (b, t, h, s) element strides of ``x``."""
+    if x.ndim == 3:
+        shape = (*x.shape, 1)
+        strides = (*x.strides, 1)
+    else:
+        shape, strides = x.shape, x.strides
+    if head_first:
+        b, h, t, s = shape
+        sb, sh, st, ss = strides
+    else:
+        b, t, h, s = shape
+        sb, st, sh, ss = strides
+    return (b, t, h, s), (sb, st, sh, ss)
+
+
+def validate(
+    x: TensorInfo,
+    cu_seqlens: TensorInfo | None,
+    reverse,
+    softmax_scale,
+    head_first,
+    output_dtype,
+    name: str,
+    cu_seqlens_values=None,
+):
+    """Checks common to both cumsums; returns normalised options."""
+    checks.check_float_tensor(x, name)
+    checks.check_rank(
+        x, name, (3, 4),
+        "[B, T, H] or [B, T, H, S] ([B, H, T] or [B, H, T, S] with head_first=True)",
+    )
+    reverse = checks.check_bool(reverse, "reverse")
+    head_first = checks.check_bool(head_first, "head_first")
+    scale = checks.check_scale(softmax_scale)
+    out_dtype = x.dtype if output_dtype is None else checks.float_dtype_name(output_dtype, "output_dtype")
+    (b, t, _, _), _ = _layout(x, head_first)
+    n_seq = checks.check_cu_seqlens(cu_seqlens, b)
+    if n_seq == 0 and t != 0:
+        raise ValueError(f"cu_seqlens holds no sequence but {name} has seq_len {t}")
+    if cu_seqlens is not None and cu_seqlens_values is not None:
+        checks.check_cu_seqlens_values(cu_seqlens_values, t)
+    checks.check_same_device({name: x, "cu_seqlens": cu_seqlens})
+    return reverse, scale, head_first, out_dtype
+
+
+def plan(
+    x: TensorInfo,
+    cu_seqlens: TensorInfo | None,
+    *,
+    chunk: int | None,
+    reverse: bool,
+    scale: float | None,
+    head_first: bool,
+    out_dtype: str,
+) -> LaunchPlan:
+    """Plan one segment-cumsum launch; ``chunk=None`` means one window per
+    sequence (global).  Inputs: ``x``, and with packed input ``cu_seqlens``
+    and (local only) ``chunk_offsets = prepare_chunk_offsets(cu_seqlens,
+    chunk)``.  Output: same shape as ``x``, contiguous, ``out_dtype``."""
+    (B, T, H, S), (sb, st, sh, ss) = _layout(x, head_first)
+    F = H * S
+    out_strides = contiguous_strides(x.shape)
+    if x.ndim == 3:
+        out_strides = (*out_strides, 1)
+    if head_first:
+        ob, oh, ot, os_ = out_strides
+    else:
+        ob, ot, oh, os_ = out_strides
+    varlen = cu_seqlens is not None
+    n_seq = cu_seqlens.shape[0] - 1 if varlen else B
+    is_global = chunk is None
+
+    if is_global:
+        bt = min(64, next_power_of_2(max(T, 1)))
+        bf = min(128, next_power_of_2(F))
+        while bf > 16 and n_seq * cdiv(F, bf) < _MIN_GLOBAL_PROGRAMS:
+            bf //= 2
+        # Axis 0 enumerates sequences of packed input; batch rows go on axis 1.
+        grid = (n_seq, 1, cdiv(F, bf)) if varlen else (1, B, cdiv(F, bf))
+        chunk_c = 1
+    else:
+        bt = min(chunk, 256)
+        bf = max(1, min(next_power_of_2(F), _TILE_ELEMENTS // bt))
+        slots = cdiv(T, chunk) + (n_seq if varlen else 0)
+        grid = (slots, 1 if varlen else B, cdiv(F, bf))
+        chunk_c = chunk
+    params = (
+        In("x"),
+        In("cu_seqlens") if varlen else In("x"),
+        In("chunk_offsets") if (varlen and not is_global) else In("x"),
+        T,
+        F,
+        S,
+        n_seq,
+        max(n_seq, 1).bit_length() + 1,
+        sb, st, sh, ss,
+        ob, ot, oh, os_,
+        1.0 if scale is None else scale,
+    )
+    if B * T * F == 0:
+        grid = (0, 0, 0)
+    return LaunchPlan(
+        kernel=segment_cumsum_kernel,
+        grid=grid,
+        params=params,
+        outputs=(OutputSpec(tuple(x.shape), out_dtype),),
+        constexprs=dict(
+            CHUNK=chunk_c,
+            BT=bt,
+            BF=bf,
+            GLOBAL=is_global,
+            REVERSE=reverse,
+            IS_VARLEN=varlen,
+            HAS_SCALE=scale is not None,
+        ),
+        num_warps=4,
+        num_stages=3 if is_global else 2,
+    )

@@ -1,0 +1,88 @@
+"""Framework-free description of one kernel launch.
+
+A binding asks an op module for a :class:`LaunchPlan`, maps the plan's named
+inputs to its own arrays, allocates the outputs the plan describes, and
+launches.  The parameter order follows jax-triton's convention, so the same
+kernel signature serves both bindings: inputs and scalars in the order of
+``params``, then one pointer per output, then the constexpr metaparameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What a plan needs to know of an array: shape, dtype name, element
+    strides (row-major when the framework has no other layout) and device
+    (``None`` where the framework places arrays itself)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    strides: tuple[int, ...]
+    device: str | None = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class In:
+    """A pointer parameter fed by the binding's input called ``name``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """An output buffer: its shape, dtype name and initial fill.
+
+    ``fill=None`` means the kernel writes every element (tests poison such
+    buffers with NaN); ``fill=0.0`` means the kernel accumulates into it.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    fill: float | None = None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    kernel: Any
+    grid: tuple[int, ...]
+    params: tuple[Any, ...]
+    outputs: tuple[OutputSpec, ...]
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+    num_warps: int | None = 4
+    num_stages: int | None = 2
+
+    def input_names(self) -> list[str]:
+        """Names of the array inputs, in parameter order."""
+        return [p.name for p in self.params if isinstance(p, In)]
+
+    def arguments(self, inputs: Mapping[str, Any]) -> list[Any]:
+        """Positional kernel arguments (outputs excluded)."""
+        missing = [n for n in self.input_names() if n not in inputs]
+        if missing:
+            raise KeyError(f"launch plan needs inputs {missing}")
+        return [inputs[p.name] if isinstance(p, In) else p for p in self.params]
+
+    def launch_options(self) -> dict[str, Any]:
+        opts = dict(self.constexprs)
+        if self.num_warps is not None:
+            opts["num_warps"] = self.num_warps
+        if self.num_stages is not None:
+            opts["num_stages"] = self.num_stages
+        return opts
+
+
+def launch_direct(plan: LaunchPlan, inputs: Mapping[str, Any], outputs: Sequence[Any]) -> None:
+    """Launch ``plan`` on tensors Triton takes directly (torch tensors, on a
+    GPU or, under the interpreter, on the CPU); ``outputs`` are allocated by
+    the caller as ``plan.outputs`` describes."""
+    if not any(plan.grid) or 0 in plan.grid:
+        return
+    plan.kernel[tuple(plan.grid)](*plan.arguments(inputs), *outputs, **plan.launch_options())

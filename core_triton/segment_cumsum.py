@@ -1,0 +1,115 @@
+"""The Triton kernel behind both chunked cumulative sums.
+
+The input is seen as ``x[b, t, f]`` with ``f = h * S + s`` (``S = 1`` for
+scalar inputs), addressed through four strides so that time-first,
+head-first and non-contiguous layouts need no copy.  Each program scans one
+*window* of time for one tile of ``BF`` features, in blocks of ``BT``
+tokens, carrying the running sum between blocks:
+
+* local mode: a window is one chunk of ``chunk_size`` tokens of one
+  sequence; program axis 0 enumerates chunks (for packed input, chunk slot
+  ``i`` is mapped to its sequence by a binary search over the cumulative
+  chunk counts ``chunk_offsets``);
+* global mode: a window is a whole sequence; program axis 0 enumerates
+  sequences.
+
+Sums are accumulated in float32 and cast to the output's dtype on store.
+All offsets are 64-bit so tensors past 2**31 elements index correctly.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _find_sequence(chunk_offsets, i_c, N, n_iter):
+    """Largest ``n`` in ``[0, N)`` with ``chunk_offsets[n] <= i_c``: the
+    sequence that owns chunk slot ``i_c`` (empty sequences own no slot)."""
+    lo = i_c * 0
+    hi = lo + N - 1
+    for _ in range(n_iter):
+        mid = (lo + hi + 1) // 2
+        ok = tl.load(chunk_offsets + mid) <= i_c
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    return lo
+
+
+@triton.jit
+def segment_cumsum_kernel(
+    x,
+    cu_seqlens,
+    chunk_offsets,
+    T,
+    F,
+    S,
+    N,
+    n_iter,
+    stride_xb,
+    stride_xt,
+    stride_xh,
+    stride_xs,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_os,
+    scale,
+    out,
+    CHUNK: tl.constexpr,
+    BT: tl.constexpr,
+    BF: tl.constexpr,
+    GLOBAL: tl.constexpr,
+    REVERSE: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+):
+    i_w = tl.program_id(0)
+    i_b = tl.program_id(1).to(tl.int64)
+    i_f = tl.program_id(2)
+
+    # Window [ws, we) of the packed or batched time axis.
+    if GLOBAL:
+        if IS_VARLEN:
+            ws = tl.load(cu_seqlens + i_w).to(tl.int64)
+            we = tl.load(cu_seqlens + i_w + 1).to(tl.int64)
+        else:
+            ws = i_w.to(tl.int64) * 0
+            we = ws + T
+    else:
+        if IS_VARLEN:
+            # The grid is sized before cu_seqlens' values are known, so slots
+            # past the real chunk count get an empty window.
+            valid = i_w < tl.load(chunk_offsets + N)
+            i_n = _find_sequence(chunk_offsets, i_w, N, n_iter)
+            bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+            eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+            ws = bos + (i_w - tl.load(chunk_offsets + i_n)).to(tl.int64) * CHUNK
+            eos = tl.where(valid, eos, ws)
+        else:
+            eos = i_w.to(tl.int64) * 0 + T
+            ws = i_w.to(tl.int64) * CHUNK
+        we = tl.minimum(ws + CHUNK, eos)
+    # Guard against cu_seqlens that were not checked (traced under jit).
+    we = tl.minimum(we, T)
+
+    o_f = i_f * BF + tl.arange(0, BF)
+    m_f = o_f < F
+    o_h = (o_f // S).to(tl.int64)
+    o_s = (o_f % S).to(tl.int64)
+    off_x = i_b * stride_xb + o_h * stride_xh + o_s * stride_xs
+    off_o = i_b * stride_ob + o_h * stride_oh + o_s * stride_os
+
+    carry = tl.zeros([BF], dtype=tl.float32)
+    n_blocks = tl.cdiv(tl.maximum(we - ws, 0), BT).to(tl.int32)
+    for i in range(0, n_blocks):
+        if REVERSE:
+            o_t = we - (i + 1) * BT + tl.arange(0, BT).to(tl.int64)
+        else:
+            o_t = ws + i * BT + tl.arange(0, BT).to(tl.int64)
+        m = ((o_t >= ws) & (o_t < we))[:, None] & m_f[None, :]
+        b = tl.load(x + off_x[None, :] + o_t[:, None] * stride_xt, mask=m, other=0).to(tl.float32)
+        y = tl.cumsum(b, axis=0, reverse=REVERSE) + carry[None, :]
+        carry += tl.sum(b, axis=0)
+        if HAS_SCALE:
+            y = y * scale
+        tl.store(out + off_o[None, :] + o_t[:, None] * stride_ot, y.to(out.dtype.element_ty), mask=m)

@@ -1,0 +1,136 @@
+"""Launching a core_triton plan on JAX arrays.
+
+* Compiled kernels (a CUDA JAX): ``jax_triton.triton_call``, imported only
+  here, with a sequential batching rule so the call works under ``vmap``.
+* Interpreted kernels (``TRITON_INTERPRET=1``): the same kernel runs in
+  Triton's interpreter inside ``jax.pure_callback``; buffers cross to torch
+  CPU tensors over DLPack (the interpreter takes torch tensors only).
+* Anything else: a RuntimeError that says what to do.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core_triton import NO_BACKEND_MESSAGE, In, LaunchPlan, TensorInfo, is_interpreted
+from core_triton.utils import contiguous_strides
+
+
+def info(x) -> TensorInfo | None:
+    if x is None:
+        return None
+    if not isinstance(x, (jax.Array, np.ndarray)):
+        raise TypeError(f"expected a jax.Array, got {type(x).__name__}")
+    return TensorInfo(tuple(x.shape), jnp.dtype(x.dtype).name, contiguous_strides(x.shape))
+
+
+def dtype_arg(dtype):
+    """A user's dtype (jnp.float32, np.dtype, 'bfloat16') as a name, or as
+    given when it is no dtype (core_triton's check then names it)."""
+    if dtype is None:
+        return None
+    try:
+        return jnp.dtype(dtype).name
+    except TypeError:
+        return dtype
+
+
+def host_values(x):
+    """Host copy of an index array when its values are known at trace time."""
+    if x is None or isinstance(x, jax.core.Tracer):
+        return None
+    return np.asarray(x)
+
+
+def _unique_inputs(plan: LaunchPlan) -> list[str]:
+    return list(dict.fromkeys(plan.input_names()))
+
+
+def _empty_outputs(plan: LaunchPlan) -> list[jax.Array]:
+    return [jnp.full(o.shape, 0 if o.fill is None else o.fill, jnp.dtype(o.dtype)) for o in plan.outputs]
+
+
+def launch(plan: LaunchPlan, inputs: dict[str, jax.Array]) -> list[jax.Array]:
+    """Run ``plan`` on ``inputs``; returns its outputs as JAX arrays."""
+    if 0 in plan.grid:
+        return _empty_outputs(plan)
+    names = _unique_inputs(plan)
+    arrays = [inputs[n] for n in names]
+    if is_interpreted(plan.kernel):
+        return list(_interpreted_call(plan, names, arrays))
+    if jax.default_backend() not in ("gpu", "cuda", "rocm"):
+        raise RuntimeError(NO_BACKEND_MESSAGE)
+    return list(_triton_call(plan, names, arrays))
+
+
+def _triton_call(plan, names, arrays):
+    import jax_triton as jt  # needs a GPU JAX; imported only when used
+
+    out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
+    # jax-triton 0.4 renamed out_shape to out_type.
+    out_kw = "out_type" if "out_type" in inspect.signature(jt.triton_call).parameters else "out_shape"
+    zeroed = [i for i, o in enumerate(plan.outputs) if o.fill == 0]
+    if any(o.fill not in (None, 0) for o in plan.outputs):
+        raise NotImplementedError("jax-triton can only zero outputs")
+
+    @jax.custom_batching.sequential_vmap
+    def call(*arrays):
+        env = dict(zip(names, arrays))
+        args = []
+        for p in plan.params:
+            if isinstance(p, In):
+                args.append(env[p.name])
+            elif isinstance(p, float):
+                # jax-triton passes a Python float as fp64; torch's launcher
+                # passes fp32. Both bindings must run the same kernel.
+                args.append(np.float32(p))
+            else:
+                args.append(p)
+        return tuple(
+            jt.triton_call(
+                *args,
+                kernel=plan.kernel,
+                grid=tuple(plan.grid),
+                num_warps=plan.num_warps,
+                num_stages=plan.num_stages,
+                zeroed_outputs=zeroed,
+                **{out_kw: out_shapes},
+                **plan.constexprs,
+            )
+        )
+
+    return call(*arrays)
+
+
+def _to_torch(a: np.ndarray):
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if a.dtype == jnp.bfloat16:
+        # numpy's DLPack has no bfloat16: cross as int16 and reinterpret.
+        return torch.from_dlpack(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_dlpack(a.copy() if not a.flags.writeable else a)
+
+
+def _to_numpy(t) -> np.ndarray:
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(jnp.bfloat16)
+    return t.numpy()
+
+
+def _interpreted_call(plan, names, arrays):
+    out_shapes = tuple(jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs)
+
+    def host(*host_arrays):
+        from torch_api._launch import launch as torch_launch
+
+        tensors = {n: _to_torch(a) for n, a in zip(names, host_arrays)}
+        return tuple(_to_numpy(o) for o in torch_launch(plan, tensors))
+
+    return jax.pure_callback(host, out_shapes, *arrays, vmap_method="sequential")

@@ -1,0 +1,29 @@
+"""``chunk_global_cumsum`` for JAX (semantics: core_triton.chunk_global_cumsum)."""
+
+from __future__ import annotations
+
+import jax
+
+from core_triton import chunk_global_cumsum as core
+from jax_api._cumsum import segment_cumsum
+from jax_api._launch import dtype_arg, host_values, info
+
+
+def chunk_global_cumsum(
+    s: jax.Array,
+    reverse: bool = False,
+    cu_seqlens: jax.Array | None = None,
+    softmax_scale: float | None = None,
+    head_first: bool = False,
+    output_dtype: object | None = None,
+) -> jax.Array:
+    """Inclusive prefix (``reverse``: suffix) sums over each sequence.
+
+    s: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
+    Returns the same shape in ``output_dtype`` (default: s's dtype).
+    """
+    plans = core.plans(
+        info(s), reverse, info(cu_seqlens), softmax_scale, head_first,
+        dtype_arg(output_dtype), host_values(cu_seqlens),
+    )
+    return segment_cumsum(s, cu_seqlens, plans)

@@ -1,0 +1,31 @@
+"""twinkernels for PyTorch: the core_triton kernels as differentiable ops."""
+
+from torch_api.chunk_global_cumsum import chunk_global_cumsum
+from torch_api.chunk_local_cumsum import chunk_local_cumsum
+from torch_api.utils import (
+    cdiv,
+    identity_dtype_convert,
+    prepare_chunk_indices,
+    prepare_chunk_offsets,
+    prepare_cu_seqlens_from_mask,
+    prepare_lens,
+    prepare_lens_from_mask,
+    prepare_position_ids,
+    prepare_sequence_ids,
+    prepare_token_indices,
+)
+
+__all__ = [
+    "cdiv",
+    "chunk_global_cumsum",
+    "chunk_local_cumsum",
+    "identity_dtype_convert",
+    "prepare_chunk_indices",
+    "prepare_chunk_offsets",
+    "prepare_cu_seqlens_from_mask",
+    "prepare_lens",
+    "prepare_lens_from_mask",
+    "prepare_position_ids",
+    "prepare_sequence_ids",
+    "prepare_token_indices",
+]

@@ -1,0 +1,67 @@
+"""Launching a core_triton plan on torch tensors."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted, launch_direct
+
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+
+
+def poison_outputs() -> bool:
+    """Tests set TWINKERNELS_POISON=1 so outputs start as NaN (or -1 for
+    integers): an element a kernel forgets to write then shows."""
+    return os.environ.get("TWINKERNELS_POISON", "0") == "1"
+
+
+def info(t: torch.Tensor | None) -> TensorInfo | None:
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+    return TensorInfo(tuple(t.shape), str(t.dtype).split(".")[-1], tuple(t.stride()), str(t.device))
+
+
+def host_values(cu_seqlens: torch.Tensor | None):
+    """cu_seqlens on the host, for the value checks (one small copy)."""
+    return None if cu_seqlens is None else cu_seqlens.detach().cpu().numpy()
+
+
+def dtype_arg(output_dtype):
+    """A torch dtype as its name; anything else as given (core_triton checks it)."""
+    return str(output_dtype).split(".")[-1] if isinstance(output_dtype, torch.dtype) else output_dtype
+
+
+def _allocate(spec, device):
+    dtype = _DTYPES[spec.dtype]
+    if spec.fill is not None:
+        return torch.full(spec.shape, spec.fill, dtype=dtype, device=device)
+    if poison_outputs():
+        fill = float("nan") if dtype.is_floating_point else -1
+        return torch.full(spec.shape, fill, dtype=dtype, device=device)
+    return torch.empty(spec.shape, dtype=dtype, device=device)
+
+
+def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Allocate the plan's outputs on the inputs' device and launch it."""
+    device = inputs[plan.input_names()[0]].device
+    if device.type == "cpu" and not is_interpreted(plan.kernel):
+        raise RuntimeError(NO_BACKEND_MESSAGE)
+    # 1-D index arrays are tiny; the kernels read them with unit stride.
+    inputs = {k: (v.contiguous() if v.dim() == 1 else v) for k, v in inputs.items()}
+    outputs = [_allocate(spec, device) for spec in plan.outputs]
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            launch_direct(plan, inputs, outputs)
+    else:
+        launch_direct(plan, inputs, outputs)
+    return outputs

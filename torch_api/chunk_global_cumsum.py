@@ -1,0 +1,29 @@
+"""``chunk_global_cumsum`` for PyTorch (semantics: core_triton.chunk_global_cumsum)."""
+
+from __future__ import annotations
+
+import torch
+
+from core_triton import chunk_global_cumsum as core
+from torch_api._cumsum import segment_cumsum
+from torch_api._launch import dtype_arg, host_values, info
+
+
+def chunk_global_cumsum(
+    s: torch.Tensor,
+    reverse: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    head_first: bool = False,
+    output_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Inclusive prefix (``reverse``: suffix) sums over each sequence.
+
+    s: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
+    Returns the same shape in ``output_dtype`` (default: s's dtype).
+    """
+    plans = core.plans(
+        info(s), reverse, info(cu_seqlens), softmax_scale, head_first,
+        dtype_arg(output_dtype), host_values(cu_seqlens),
+    )
+    return segment_cumsum(s, cu_seqlens, plans)

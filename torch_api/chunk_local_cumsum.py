@@ -1,0 +1,31 @@
+"""``chunk_local_cumsum`` for PyTorch (semantics: core_triton.chunk_local_cumsum)."""
+
+from __future__ import annotations
+
+import torch
+
+from core_triton import chunk_local_cumsum as core
+from torch_api._cumsum import segment_cumsum
+from torch_api._launch import dtype_arg, host_values, info
+
+
+def chunk_local_cumsum(
+    g: torch.Tensor,
+    chunk_size: int,
+    reverse: bool = False,
+    softmax_scale: float | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    head_first: bool = False,
+    output_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Inclusive sums inside windows of ``chunk_size`` tokens, restarting at
+    every sequence's first token.
+
+    g: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
+    Returns the same shape in ``output_dtype`` (default: g's dtype).
+    """
+    plans = core.plans(
+        info(g), chunk_size, reverse, softmax_scale, info(cu_seqlens), head_first,
+        dtype_arg(output_dtype), host_values(cu_seqlens),
+    )
+    return segment_cumsum(g, cu_seqlens, plans)
