@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from core_triton import checks
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
@@ -32,14 +32,24 @@ class CumsumPlans:
 
 def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
     forward = plan(
-        x, cu_seqlens, chunk=chunk, reverse=reverse, scale=scale,
-        head_first=head_first, out_dtype=out_dtype,
+        x,
+        cu_seqlens,
+        chunk=chunk,
+        reverse=reverse,
+        scale=scale,
+        head_first=head_first,
+        out_dtype=out_dtype,
     )
     # d/dx of a windowed running sum is the opposite-direction running sum
     # over the same windows, scaled alike, in the input's dtype.
     backward = functools.partial(
-        plan, cu_seqlens=cu_seqlens, chunk=chunk, reverse=not reverse, scale=scale,
-        head_first=head_first, out_dtype=x.dtype,
+        plan,
+        cu_seqlens=cu_seqlens,
+        chunk=chunk,
+        reverse=not reverse,
+        scale=scale,
+        head_first=head_first,
+        out_dtype=x.dtype,
     )
     offsets = chunk if (cu_seqlens is not None and chunk is not None) else None
     return CumsumPlans(forward, backward, offsets)
@@ -74,7 +84,9 @@ def validate(
     """Checks common to both cumsums; returns normalised options."""
     checks.check_float_tensor(x, name)
     checks.check_rank(
-        x, name, (3, 4),
+        x,
+        name,
+        (3, 4),
         "[B, T, H] or [B, T, H, S] ([B, H, T] or [B, H, T, S] with head_first=True)",
     )
     reverse = checks.check_bool(reverse, "reverse")
@@ -141,8 +153,14 @@ def plan(
         S,
         n_seq,
         max(n_seq, 1).bit_length() + 1,
-        sb, st, sh, ss,
-        ob, ot, oh, os_,
+        sb,
+        st,
+        sh,
+        ss,
+        ob,
+        ot,
+        oh,
+        os_,
         1.0 if scale is None else scale,
     )
     if B * T * F == 0:

@@ -28,9 +28,7 @@ def float_dtype_name(value, name: str) -> str:
 
 def check_float_tensor(info: TensorInfo, name: str) -> None:
     if info.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must have dtype {', '.join(FLOAT_DTYPES)}, got {info.dtype}"
-        )
+        raise TypeError(f"{name} must have dtype {', '.join(FLOAT_DTYPES)}, got {info.dtype}")
 
 
 def check_rank(info: TensorInfo, name: str, ranks: tuple[int, ...], what: str) -> None:
@@ -99,6 +97,4 @@ def check_cu_seqlens_values(values, seq_len: int, name: str = "cu_seqlens") -> N
     if np.any(np.diff(v) < 0):
         raise ValueError(f"{name} must be non-decreasing, got {v.tolist()}")
     if v[-1] != seq_len:
-        raise ValueError(
-            f"{name}[-1] must equal seq_len of the packed input ({seq_len}), got {int(v[-1])}"
-        )
+        raise ValueError(f"{name}[-1] must equal seq_len of the packed input ({seq_len}), got {int(v[-1])}")

@@ -30,10 +30,21 @@ def plans(
     ``x``, ``cu_seqlens``; output ``[*s.shape]``).  ``cu_seqlens_values``:
     as for ``chunk_local_cumsum.plans``."""
     reverse, scale, head_first, out_dtype = _cumsum_plan.validate(
-        s, cu_seqlens, reverse, softmax_scale, head_first, output_dtype, "s",
+        s,
+        cu_seqlens,
+        reverse,
+        softmax_scale,
+        head_first,
+        output_dtype,
+        "s",
         cu_seqlens_values,
     )
     return _cumsum_plan.make_plans(
-        s, cu_seqlens, chunk=None, reverse=reverse, scale=scale,
-        head_first=head_first, out_dtype=out_dtype,
+        s,
+        cu_seqlens,
+        chunk=None,
+        reverse=reverse,
+        scale=scale,
+        head_first=head_first,
+        out_dtype=out_dtype,
     )

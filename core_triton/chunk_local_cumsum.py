@@ -36,10 +36,21 @@ def plans(
     (checked then), ``None`` where they are traced."""
     chunk = checks.check_power_of_two(chunk_size, "chunk_size")
     reverse, scale, head_first, out_dtype = _cumsum_plan.validate(
-        g, cu_seqlens, reverse, softmax_scale, head_first, output_dtype, "g",
+        g,
+        cu_seqlens,
+        reverse,
+        softmax_scale,
+        head_first,
+        output_dtype,
+        "g",
         cu_seqlens_values,
     )
     return _cumsum_plan.make_plans(
-        g, cu_seqlens, chunk=chunk, reverse=reverse, scale=scale,
-        head_first=head_first, out_dtype=out_dtype,
+        g,
+        cu_seqlens,
+        chunk=chunk,
+        reverse=reverse,
+        scale=scale,
+        head_first=head_first,
+        out_dtype=out_dtype,
     )

@@ -79,7 +79,7 @@ def _triton_call(plan, names, arrays):
 
     @jax.custom_batching.sequential_vmap
     def call(*arrays):
-        env = dict(zip(names, arrays))
+        env = dict(zip(names, arrays, strict=True))
         args = []
         for p in plan.params:
             if isinstance(p, In):
@@ -130,7 +130,7 @@ def _interpreted_call(plan, names, arrays):
     def host(*host_arrays):
         from torch_api._launch import launch as torch_launch
 
-        tensors = {n: _to_torch(a) for n, a in zip(names, host_arrays)}
+        tensors = {n: _to_torch(a) for n, a in zip(names, host_arrays, strict=True)}
         return tuple(_to_numpy(o) for o in torch_launch(plan, tensors))
 
     return jax.pure_callback(host, out_shapes, *arrays, vmap_method="sequential")

@@ -25,7 +25,13 @@ def chunk_local_cumsum(
     Returns the same shape in ``output_dtype`` (default: g's dtype).
     """
     plans = core.plans(
-        info(g), chunk_size, reverse, softmax_scale, info(cu_seqlens), head_first,
-        dtype_arg(output_dtype), host_values(cu_seqlens),
+        info(g),
+        chunk_size,
+        reverse,
+        softmax_scale,
+        info(cu_seqlens),
+        head_first,
+        dtype_arg(output_dtype),
+        host_values(cu_seqlens),
     )
     return segment_cumsum(g, cu_seqlens, plans)

@@ -23,7 +23,12 @@ def chunk_global_cumsum(
     Returns the same shape in ``output_dtype`` (default: s's dtype).
     """
     plans = core.plans(
-        info(s), reverse, info(cu_seqlens), softmax_scale, head_first,
-        dtype_arg(output_dtype), host_values(cu_seqlens),
+        info(s),
+        reverse,
+        info(cu_seqlens),
+        softmax_scale,
+        head_first,
+        dtype_arg(output_dtype),
+        host_values(cu_seqlens),
     )
     return segment_cumsum(s, cu_seqlens, plans)
