@@ -21,3 +21,5 @@ if "TRITON_INTERPRET" not in os.environ and not _has_cuda_gpu():
 os.environ.setdefault("TWINKERNELS_POISON", "1")
 # Ring tests and shard_map tests want several CPU devices.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+# JAX would take 75% of a GPU's memory at start; torch shares the GPU here.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

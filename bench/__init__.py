@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench`` (or ``nox -s bench``) on a CUDA machine."""

@@ -1,0 +1,34 @@
+"""``python -m bench [names...]``: run the benchmarks on a CUDA GPU and
+write tables (JSON) and plots under bench-results/."""
+
+import os
+import sys
+
+# JAX would otherwise take 75% of the GPU's memory at start, leaving torch
+# (which shares the GPU in the same process) too little.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def main(argv):
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
+    from bench import cumsum
+
+    modules = {"cumsum": cumsum}
+    names = argv or list(modules)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    total = sum(modules[n].count() for n in names)
+    progress = tqdm(total=total, desc="bench", unit="case") if tqdm else None
+    for n in names:
+        modules[n].run(progress)
+    if progress is not None:
+        progress.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
