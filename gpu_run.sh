@@ -6,8 +6,10 @@
 set -u
 out=${1:-${OUT:-gpu-results}}
 mkdir -p "$out"
-python3 -m pip install -q --no-index --no-deps --target .gpu-site .whl/*.whl
+rm -rf .gpu-site && python3 -m pip install -q --no-index --no-deps --target .gpu-site .whl/*.whl
 export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+# The device machine has no writable default cache dir for Triton.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
 {
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"

@@ -73,7 +73,7 @@ def _triton_call(plan, names, arrays):
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
     # jax-triton 0.4 renamed out_shape to out_type.
     out_kw = "out_type" if "out_type" in inspect.signature(jt.triton_call).parameters else "out_shape"
-    zeroed = [i for i, o in enumerate(plan.outputs) if o.fill == 0]
+    zeroed = tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)
     if any(o.fill not in (None, 0) for o in plan.outputs):
         raise NotImplementedError("jax-triton can only zero outputs")
 

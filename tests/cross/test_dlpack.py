@@ -70,7 +70,7 @@ def test_bindings_agree_bitwise(op, dtype, direction):
 
 
 def test_non_contiguous_torch_view_crosses():
-    x_t = torch.randn(2, 3, 50, 4).transpose(1, 2)  # [B, T, H, S] view
+    x_t = torch.randn(2, 3, 50, 4, device=_torch_device()).transpose(1, 2)  # [B, T, H, S] view
     x_j = jnp.from_dlpack(x_t)
     y_t = torch_api.chunk_global_cumsum(x_t, reverse=True)
     y_j = jax_api.chunk_global_cumsum(x_j, reverse=True)
