@@ -80,30 +80,30 @@ def run(progress=None) -> list[dict]:
         ref = None
         impls = _implementations(op, chunk, torch, jax, jnp, torch_api, jax_api)
         for name, fn in impls.items():
-            out = fn(x, xj)
-            got = torch.from_dlpack(out) if not isinstance(out, torch.Tensor) else out
-            ref = got if ref is None else ref
-            err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
-            sync = (
-                (lambda o: o.block_until_ready())
-                if "jax" in name or "jnp" in name
-                else (lambda o: torch.cuda.synchronize())
-            )
-            t = time_per_call(lambda fn=fn, x=x, xj=xj: fn(x, xj), sync)
-            rows.append(
+            row = {"op": op, "shape": "x".join(map(str, shape)), "chunk": chunk or "", "impl": name}
+            rows.append(row)
+            try:
+                out = fn(x, xj)
+                got = torch.from_dlpack(out) if not isinstance(out, torch.Tensor) else out
+                ref = got if ref is None else ref
+                err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+                is_jax = "jax" in name or "jnp" in name
+                sync = (lambda o: o.block_until_ready()) if is_jax else (lambda o: torch.cuda.synchronize())
+                t = time_per_call(lambda fn=fn, x=x, xj=xj: fn(x, xj), sync)
+            except Exception as e:  # one broken baseline must not hide the rest
+                row["ms"] = f"error: {type(e).__name__}: {str(e)[:80]}"
+                continue
+            finally:
+                if progress is not None:
+                    progress.update(1)
+            row.update(
                 {
-                    "op": op,
-                    "shape": "x".join(map(str, shape)),
-                    "chunk": chunk or "",
-                    "impl": name,
                     "ms": f"{t * 1e3:.3f}",
                     "GB/s": f"{nbytes / t / 1e9:.0f}",
                     "of copy BW": f"{nbytes / t / 1e9 / bw:.0%}",
                     "rel err": f"{err:.1e}",
                 }
             )
-            if progress is not None:
-                progress.update(1)
     meta = {"device": torch.cuda.get_device_name(), "copy_GBps": round(bw)}
     save("cumsum", rows, meta)
     print(markdown_table(rows, ["op", "shape", "chunk", "impl", "ms", "GB/s", "of copy BW", "rel err"]))
@@ -142,7 +142,7 @@ def _plot(rows, bw):
                 for r in rows
                 if (r["op"], r["shape"]) == case and r["impl"].replace(" (reshaped)", "") == impl
             ]
-            vals.append(float(match[0]["GB/s"]) if match else 0.0)
+            vals.append(float(match[0]["GB/s"]) if match and "GB/s" in match[0] else 0.0)
         ax.bar([i + k * width for i in range(len(cases))], vals, width, label=impl)
     ax.axhline(bw, color="k", ls="--", lw=1, label=f"copy {bw:.0f} GB/s")
     ax.set_xticks(

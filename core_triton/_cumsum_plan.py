@@ -71,6 +71,11 @@ def _layout(x: TensorInfo, head_first: bool):
     return (b, t, h, s), (sb, st, sh, ss)
 
 
+def _divisible_by_16_mask(strides) -> int:
+    """Bit k set when strides[k] is a multiple of 16 (and not 0 or 1)."""
+    return sum(1 << k for k, st in enumerate(strides) if st > 1 and st % 16 == 0)
+
+
 def validate(
     x: TensorInfo,
     cu_seqlens: TensorInfo | None,
@@ -150,7 +155,6 @@ def plan(
         In("chunk_offsets") if (varlen and not is_global) else In("x"),
         T,
         F,
-        S,
         n_seq,
         max(n_seq, 1).bit_length() + 1,
         sb,
@@ -171,6 +175,7 @@ def plan(
         params=params,
         outputs=(OutputSpec(tuple(x.shape), out_dtype),),
         constexprs=dict(
+            S=S,
             CHUNK=chunk_c,
             BT=bt,
             BF=bf,
@@ -178,6 +183,7 @@ def plan(
             REVERSE=reverse,
             IS_VARLEN=varlen,
             HAS_SCALE=scale is not None,
+            DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh)),
         ),
         num_warps=4,
         num_stages=3 if is_global else 2,

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 
 import jax
 import jax.numpy as jnp
@@ -67,8 +68,23 @@ def launch(plan: LaunchPlan, inputs: dict[str, jax.Array]) -> list[jax.Array]:
     return list(_triton_call(plan, names, arrays))
 
 
+def _import_jax_triton():
+    """jax_triton, imported only when used (it needs a GPU JAX)."""
+    before = os.environ.get("TRITON_CACHE_DIR")
+    import jax_triton
+
+    # jax-triton empties TRITON_CACHE_DIR at import, which leaves every other
+    # Triton user in the process (our torch binding, fla) unable to compile:
+    # "Could not create or locate cache dir".  Put it back.
+    if before is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = before
+    return jax_triton
+
+
 def _triton_call(plan, names, arrays):
-    import jax_triton as jt  # needs a GPU JAX; imported only when used
+    jt = _import_jax_triton()
 
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
     # jax-triton 0.4 renamed out_shape to out_type.
