@@ -1,0 +1,68 @@
+"""The test matrix and the other jobs.
+
+nox -t tests        # the README's test command: lint + the three test sessions
+nox -s tests_torch  # PyTorch binding only (Triton interpreter on CPU)
+nox -s tests_jax    # JAX binding only (interpreter via pure_callback; torch CPU
+                    # is installed because Triton's interpreter takes torch tensors)
+nox -s tests_cross  # both: DLPack hand-over, bit-identical outputs and gradients
+nox -s lint         # ruff
+nox -s demo         # the main job: both frameworks on the same kernels
+nox -s gpu          # whole suite on a CUDA machine, in the current environment
+nox -s bench        # benchmarks on a CUDA machine, in the current environment
+"""
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["lint", "tests_torch", "tests_jax", "tests_cross"]
+
+# The CPU build on local disk: any other torch spec downloads a CUDA build.
+TORCH = "torch==2.13.0"
+
+
+def _install(session, extras):
+    session.install(TORCH)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(tags=["tests"])
+def lint(session):
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(tags=["tests"])
+def tests_torch(session):
+    _install(session, "torch,test")
+    session.run("pytest", "tests/core", "tests/torch", *session.posargs)
+
+
+@nox.session(tags=["tests"])
+def tests_jax(session):
+    _install(session, "jax,interpret,test")
+    session.run("pytest", "tests/core", "tests/jax", *session.posargs)
+
+
+@nox.session(tags=["tests"])
+def tests_cross(session):
+    _install(session, "jax,torch,test")
+    session.run("pytest", "tests/cross", *session.posargs)
+
+
+@nox.session
+def demo(session):
+    _install(session, "jax,torch")
+    session.run("python", "demo.py")
+
+
+@nox.session(python=False)
+def gpu(session):
+    """Run on a CUDA machine with torch, jax (CUDA) and jax-triton installed."""
+    session.run("python", "-m", "pytest", "tests", *session.posargs)
+
+
+@nox.session(python=False)
+def bench(session):
+    """Run on a CUDA machine; writes bench-results/*.json and *.png."""
+    session.run("python", "-m", "bench", *session.posargs)
