@@ -15,4 +15,5 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
 } 2>&1 | tee "$out/env.log"
 timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest tests -q -p no:cacheprovider --maxfail=30 -W ignore::DeprecationWarning 2>&1 | tee "$out/tests.log"
+python3 demo.py 2>&1 | tee "$out/demo.log"
 TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-200}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
