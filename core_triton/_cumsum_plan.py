@@ -71,9 +71,9 @@ def _layout(x: TensorInfo, head_first: bool):
     return (b, t, h, s), (sb, st, sh, ss)
 
 
-def _divisible_by_16_mask(strides) -> int:
-    """Bit k set when strides[k] is a multiple of 16 (and not 0 or 1)."""
-    return sum(1 << k for k, st in enumerate(strides) if st > 1 and st % 16 == 0)
+def _divisible_by_16_mask(ints) -> int:
+    """Bit k set when ints[k] is a multiple of 16 (and not 0 or 1)."""
+    return sum(1 << k for k, v in enumerate(ints) if v > 1 and v % 16 == 0)
 
 
 def validate(
@@ -183,7 +183,7 @@ def plan(
             REVERSE=reverse,
             IS_VARLEN=varlen,
             HAS_SCALE=scale is not None,
-            DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh)),
+            DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh, T, F)),
         ),
         num_warps=4,
         num_stages=3 if is_global else 2,

@@ -37,7 +37,7 @@ def _find_sequence(chunk_offsets, i_c, N, n_iter):
 
 @triton.jit
 def _hint16(stride, DIVISIBLE: tl.constexpr):
-    """Tell the compiler a stride is a multiple of 16 when the plan says so.
+    """Tell the compiler an int is a multiple of 16 when the plan says so.
 
     Triton specialises such ints itself when torch launches a kernel, but
     jax-triton passes scalars without that hint, and the loads then lose
@@ -77,14 +77,18 @@ def segment_cumsum_kernel(
     HAS_SCALE: tl.constexpr,
     DIV16: tl.constexpr,
 ):
-    # Bit k of DIV16: the k-th of (xb, xt, xh, ob, ot, oh) strides is a
-    # multiple of 16 (and not 1, which Triton makes a constant).
+    # Bit k of DIV16: the k-th of (xb, xt, xh, ob, ot, oh, T, F) is a
+    # multiple of 16 (and not 1, which Triton makes a constant).  The layout
+    # Triton picks, and so the order of the float sums, follows these facts:
+    # the same hints make both bindings give the same bits.
     stride_xb = _hint16(stride_xb, (DIV16 & 1) != 0)
     stride_xt = _hint16(stride_xt, (DIV16 & 2) != 0)
     stride_xh = _hint16(stride_xh, (DIV16 & 4) != 0)
     stride_ob = _hint16(stride_ob, (DIV16 & 8) != 0)
     stride_ot = _hint16(stride_ot, (DIV16 & 16) != 0)
     stride_oh = _hint16(stride_oh, (DIV16 & 32) != 0)
+    T = _hint16(T, (DIV16 & 64) != 0)
+    F = _hint16(F, (DIV16 & 128) != 0)
     i_w = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_f = tl.program_id(2)

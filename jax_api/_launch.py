@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +141,12 @@ def _to_numpy(t) -> np.ndarray:
     return t.numpy()
 
 
+# Triton's interpreter patches triton.language globally while a kernel runs,
+# so two kernels must not run in it at once; XLA calls host callbacks from
+# several threads (one per device under shard_map).
+_INTERPRETER_LOCK = threading.Lock()
+
+
 def _interpreted_call(plan, names, arrays):
     out_shapes = tuple(jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs)
 
@@ -147,6 +154,8 @@ def _interpreted_call(plan, names, arrays):
         from torch_api._launch import launch as torch_launch
 
         tensors = {n: _to_torch(a) for n, a in zip(names, host_arrays, strict=True)}
-        return tuple(_to_numpy(o) for o in torch_launch(plan, tensors))
+        with _INTERPRETER_LOCK:
+            outputs = torch_launch(plan, tensors)
+        return tuple(_to_numpy(o) for o in outputs)
 
     return jax.pure_callback(host, out_shapes, *arrays, vmap_method="sequential")
