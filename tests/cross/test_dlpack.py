@@ -9,6 +9,7 @@ import torch
 
 import jax_api
 import torch_api
+from tests.reference import rms_ratio
 
 CU = [0, 7, 7, 40, 77]
 
@@ -30,11 +31,18 @@ def _jax_vjp(fn, x, dy):
 
 
 def _same(j, t):
-    """A JAX array and a torch tensor hold the same bits."""
+    """A JAX array and a torch tensor hold the same values: the same bits
+    where the same code ran (the interpreter); on a GPU within 1e-6 (rms
+    ratio), since jax-triton compiles with its own specialisation and
+    options, and a reduction's order may then differ by an ulp (seen once:
+    the global sum, float32, strides that are multiples of 16)."""
     t = t.detach().contiguous()
     back = torch.from_dlpack(j)
     assert back.dtype == t.dtype and tuple(back.shape) == tuple(t.shape)
-    assert torch.equal(back.cpu(), t.cpu())
+    if back.device.type == "cpu":
+        assert torch.equal(back.cpu(), t.cpu())
+    else:
+        assert rms_ratio(back.double().cpu().numpy(), t.double().cpu().numpy()) <= 1e-6
 
 
 OPS = {
