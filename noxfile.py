@@ -35,13 +35,13 @@ def lint(session):
 @nox.session(tags=["tests"])
 def tests_torch(session):
     _install(session, "torch,test")
-    session.run("pytest", "tests/core", "tests/torch", *session.posargs)
+    session.run("pytest", "-n", "2", "tests/core", "tests/torch", *session.posargs)
 
 
 @nox.session(tags=["tests"])
 def tests_jax(session):
     _install(session, "jax,interpret,test")
-    session.run("pytest", "tests/core", "tests/jax", *session.posargs)
+    session.run("pytest", "-n", "2", "tests/core", "tests/jax", *session.posargs)
 
 
 @nox.session(tags=["tests"])

@@ -10,7 +10,7 @@ from core_triton.checks import (
     check_cu_seqlens_values,
     float_dtype_name,
 )
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct
+from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_steps
 from core_triton.runtime import NO_BACKEND_MESSAGE, is_interpreted
 from core_triton.utils import cdiv, next_power_of_2
 
@@ -28,4 +28,5 @@ __all__ = [
     "is_interpreted",
     "launch_direct",
     "next_power_of_2",
+    "run_steps",
 ]

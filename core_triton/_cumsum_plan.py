@@ -14,45 +14,73 @@ from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
 # Tiles hold about this many float32 values: enough per load to keep a
 # Hopper SM busy, few enough to stay in registers.
 _TILE_ELEMENTS = 4096
-# Global scans are sequential along time, so the feature axis is split
-# finely enough to give every SM a couple of programs.
+# A one-launch global scan is sequential along time, so it gets one program
+# per (sequence, feature tile); with fewer than this many (a couple per SM),
+# and sequences long enough to split, it runs as two launches over chunks.
 _MIN_GLOBAL_PROGRAMS = 512
+_SPLIT_MIN_SEQ_LEN = 1024
+# The split scan sizes its chunks for about this many programs.
+_SPLIT_TARGET_PROGRAMS = 1024
 
 
 @dataclass(frozen=True)
 class CumsumPlans:
-    """Forward launch, the backward launch as a function of the cotangent's
-    TensorInfo, and the chunk size for ``chunk_offsets`` (``None``: the
-    kernel takes no ``chunk_offsets``)."""
+    """Forward launches, the backward launches as a function of the
+    cotangent's TensorInfo, and the chunk size for ``chunk_offsets``
+    (``None``: the kernels take no ``chunk_offsets``)."""
 
-    forward: LaunchPlan
-    backward: Callable[[TensorInfo], LaunchPlan]
+    forward: tuple[LaunchPlan, ...]
+    backward: Callable[[TensorInfo], tuple[LaunchPlan, ...]]
     offsets_chunk_size: int | None
 
 
 def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
-    forward = plan(
-        x,
-        cu_seqlens,
-        chunk=chunk,
-        reverse=reverse,
-        scale=scale,
-        head_first=head_first,
-        out_dtype=out_dtype,
-    )
+    if chunk is None:
+        chunk = _split_chunk(x, cu_seqlens, head_first)
+        split = chunk is not None
+    else:
+        split = False
+    options = dict(chunk=chunk, split=split, scale=scale, head_first=head_first)
+    forward = plan(x, cu_seqlens, reverse=reverse, out_dtype=out_dtype, **options)
     # d/dx of a windowed running sum is the opposite-direction running sum
-    # over the same windows, scaled alike, in the input's dtype.
+    # over the same windows, scaled alike, in the input's dtype.  The
+    # cotangent has x's shape, so the backward makes the same split choice.
     backward = functools.partial(
-        plan,
-        cu_seqlens=cu_seqlens,
-        chunk=chunk,
-        reverse=not reverse,
-        scale=scale,
-        head_first=head_first,
-        out_dtype=x.dtype,
+        plan, cu_seqlens=cu_seqlens, reverse=not reverse, out_dtype=x.dtype, **options
     )
     offsets = chunk if (cu_seqlens is not None and chunk is not None) else None
     return CumsumPlans(forward, backward, offsets)
+
+
+def _local_tile(chunk: int, F: int) -> tuple[int, int]:
+    """(BT, BF) of a chunk-window program."""
+    bt = min(chunk, 256)
+    return bt, max(1, min(next_power_of_2(F), _TILE_ELEMENTS // bt))
+
+
+def _global_tile(T: int, F: int, rows: int) -> tuple[int, int]:
+    """(BT, BF) of a one-launch global scan: feature tiles as wide as 128
+    but split down to 16 while there are too few programs."""
+    bt = min(64, next_power_of_2(max(T, 1)))
+    bf = min(128, next_power_of_2(F))
+    while bf > 16 and rows * cdiv(F, bf) < _MIN_GLOBAL_PROGRAMS:
+        bf //= 2
+    return bt, bf
+
+
+def _split_chunk(x: TensorInfo, cu_seqlens: TensorInfo | None, head_first: bool) -> int | None:
+    """Chunk length for a two-launch global scan, or None for one launch."""
+    (B, T, H, S), _ = _layout(x, head_first)
+    F = H * S
+    rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else B
+    _, bf = _global_tile(T, F, rows)
+    if rows * cdiv(F, bf) >= _MIN_GLOBAL_PROGRAMS or T < _SPLIT_MIN_SEQ_LEN:
+        return None
+    batch_rows = 1 if cu_seqlens is not None else B
+    # Chunks of 256+ tokens use 256 x 16 tiles (see _local_tile).
+    per_chunk_programs = batch_rows * cdiv(F, _local_tile(256, F)[1])
+    chunk = next_power_of_2(cdiv(T * per_chunk_programs, _SPLIT_TARGET_PROGRAMS))
+    return min(max(chunk, 64), 8192)
 
 
 def _layout(x: TensorInfo, head_first: bool):
@@ -113,15 +141,18 @@ def plan(
     cu_seqlens: TensorInfo | None,
     *,
     chunk: int | None,
+    split: bool,
     reverse: bool,
     scale: float | None,
     head_first: bool,
     out_dtype: str,
-) -> LaunchPlan:
-    """Plan one segment-cumsum launch; ``chunk=None`` means one window per
-    sequence (global).  Inputs: ``x``, and with packed input ``cu_seqlens``
-    and (local only) ``chunk_offsets = prepare_chunk_offsets(cu_seqlens,
-    chunk)``.  Output: same shape as ``x``, contiguous, ``out_dtype``."""
+) -> tuple[LaunchPlan, ...]:
+    """Plan a segment cumsum: windows of ``chunk`` tokens, or whole
+    sequences when ``chunk`` is None; ``split`` makes a whole-sequence scan
+    out of two chunked launches (chunk totals, then scans that start from
+    them).  Inputs: ``x``, and with packed input ``cu_seqlens`` and, for
+    chunked windows, ``chunk_offsets = prepare_chunk_offsets(cu_seqlens,
+    chunk)``.  Output (last launch): ``x``'s shape, contiguous, ``out_dtype``."""
     (B, T, H, S), (sb, st, sh, ss) = _layout(x, head_first)
     F = H * S
     out_strides = contiguous_strides(x.shape)
@@ -136,55 +167,59 @@ def plan(
     is_global = chunk is None
 
     if is_global:
-        bt = min(64, next_power_of_2(max(T, 1)))
-        bf = min(128, next_power_of_2(F))
-        while bf > 16 and n_seq * cdiv(F, bf) < _MIN_GLOBAL_PROGRAMS:
-            bf //= 2
+        bt, bf = _global_tile(T, F, n_seq)
         # Axis 0 enumerates sequences of packed input; batch rows go on axis 1.
         grid = (n_seq, 1, cdiv(F, bf)) if varlen else (1, B, cdiv(F, bf))
-        chunk_c = 1
     else:
-        bt = min(chunk, 256)
-        bf = max(1, min(next_power_of_2(F), _TILE_ELEMENTS // bt))
+        bt, bf = _local_tile(chunk, F)
         slots = cdiv(T, chunk) + (n_seq if varlen else 0)
         grid = (slots, 1 if varlen else B, cdiv(F, bf))
-        chunk_c = chunk
-    params = (
-        In("x"),
-        In("cu_seqlens") if varlen else In("x"),
-        In("chunk_offsets") if (varlen and not is_global) else In("x"),
-        T,
-        F,
-        n_seq,
-        max(n_seq, 1).bit_length() + 1,
-        sb,
-        st,
-        sh,
-        ss,
-        ob,
-        ot,
-        oh,
-        os_,
-        1.0 if scale is None else scale,
-    )
     if B * T * F == 0:
         grid = (0, 0, 0)
-    return LaunchPlan(
-        kernel=segment_cumsum_kernel,
-        grid=grid,
-        params=params,
-        outputs=(OutputSpec(tuple(x.shape), out_dtype),),
-        constexprs=dict(
-            S=S,
-            CHUNK=chunk_c,
-            BT=bt,
-            BF=bf,
-            GLOBAL=is_global,
-            REVERSE=reverse,
-            IS_VARLEN=varlen,
-            HAS_SCALE=scale is not None,
-            DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh, T, F)),
-        ),
-        num_warps=4,
-        num_stages=3 if is_global else 2,
-    )
+
+    def launch(pass_, inputs_totals, output):
+        return LaunchPlan(
+            kernel=segment_cumsum_kernel,
+            grid=grid,
+            params=(
+                In("x"),
+                In("cu_seqlens") if varlen else In("x"),
+                In("chunk_offsets") if (varlen and not is_global) else In("x"),
+                In("totals") if inputs_totals else In("x"),
+                T,
+                F,
+                n_seq,
+                max(n_seq, 1).bit_length() + 1,
+                sb,
+                st,
+                sh,
+                ss,
+                ob,
+                ot,
+                oh,
+                os_,
+                1.0 if scale is None else scale,
+            ),
+            outputs=(output,),
+            output_names=("totals",) if pass_ == 1 else ("out",),
+            constexprs=dict(
+                S=S,
+                CHUNK=1 if is_global else chunk,
+                BT=bt,
+                BF=bf,
+                GLOBAL=is_global,
+                REVERSE=reverse,
+                IS_VARLEN=varlen,
+                HAS_SCALE=scale is not None,
+                DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh, T, F)),
+                PASS=pass_,
+            ),
+            num_warps=4,
+            num_stages=3 if is_global else 2,
+        )
+
+    result = OutputSpec(tuple(x.shape), out_dtype)
+    if not split:
+        return (launch(0, False, result),)
+    totals = OutputSpec((grid[0], grid[1], F), "float32")
+    return (launch(1, False, totals), launch(2, True, result))

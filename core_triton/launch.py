@@ -59,6 +59,9 @@ class LaunchPlan:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     num_warps: int | None = 4
     num_stages: int | None = 2
+    # Names under which the outputs join the inputs of later launches of a
+    # multi-launch op (see run_steps).
+    output_names: tuple[str, ...] = ("out",)
 
     def input_names(self) -> list[str]:
         """Names of the array inputs, in parameter order."""
@@ -87,3 +90,15 @@ def launch_direct(plan: LaunchPlan, inputs: Mapping[str, Any], outputs: Sequence
     if not any(plan.grid) or 0 in plan.grid:
         return
     plan.kernel[tuple(plan.grid)](*plan.arguments(inputs), *outputs, **plan.launch_options())
+
+
+def run_steps(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one) -> list[Any]:
+    """Run launch plans in order, each seeing the op's inputs and the named
+    outputs of the steps before it; returns the last step's outputs.
+    ``launch_one(plan, named_arrays)`` is the binding's launcher."""
+    env = dict(inputs)
+    outputs: list[Any] = []
+    for step in steps:
+        outputs = list(launch_one(step, env))
+        env.update(zip(step.output_names, outputs, strict=True))
+    return outputs

@@ -13,6 +13,12 @@ tokens, carrying the running sum between blocks:
 * global mode: a window is a whole sequence; program axis 0 enumerates
   sequences.
 
+A global scan with too few (sequence, feature-tile) pairs to fill the GPU
+runs as two local-mode launches over chunks of ``CHUNK`` tokens instead:
+``PASS=1`` writes each chunk's total to ``out`` (``[slots, rows, F]``
+float32), and ``PASS=2`` starts each chunk's scan from the sum of the totals
+of the chunks before it (``REVERSE``: after it) in the same sequence.
+
 Sums are accumulated in float32 and cast to the output's dtype on store.
 All offsets are 64-bit so tensors past 2**31 elements index correctly.
 """
@@ -53,6 +59,7 @@ def segment_cumsum_kernel(
     x,
     cu_seqlens,
     chunk_offsets,
+    totals,
     T,
     F,
     N,
@@ -76,6 +83,7 @@ def segment_cumsum_kernel(
     IS_VARLEN: tl.constexpr,
     HAS_SCALE: tl.constexpr,
     DIV16: tl.constexpr,
+    PASS: tl.constexpr,
 ):
     # Bit k of DIV16: the k-th of (xb, xt, xh, ob, ot, oh, T, F) is a
     # multiple of 16 (and not 1, which Triton makes a constant).  The layout
@@ -109,11 +117,15 @@ def segment_cumsum_kernel(
             i_n = _find_sequence(chunk_offsets, i_w, N, n_iter)
             bos = tl.load(cu_seqlens + i_n).to(tl.int64)
             eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-            ws = bos + (i_w - tl.load(chunk_offsets + i_n)).to(tl.int64) * CHUNK
+            first = tl.load(chunk_offsets + i_n)
+            last = tl.where(valid, tl.load(chunk_offsets + i_n + 1), first)
+            ws = bos + (i_w - first).to(tl.int64) * CHUNK
             eos = tl.where(valid, eos, ws)
         else:
             eos = i_w.to(tl.int64) * 0 + T
             ws = i_w.to(tl.int64) * CHUNK
+            first = i_w * 0
+            last = (T + CHUNK - 1) // CHUNK
         we = tl.minimum(ws + CHUNK, eos)
     # Guard against cu_seqlens that were not checked (traced under jit).
     we = tl.minimum(we, T)
@@ -126,6 +138,16 @@ def segment_cumsum_kernel(
     off_o = i_b * stride_ob + o_h * stride_oh + o_s * stride_os
 
     carry = tl.zeros([BF], dtype=tl.float32)
+    if PASS == 2:
+        # Start from the totals of the sequence's other chunks on our side.
+        n_rows = tl.num_programs(1)
+        if REVERSE:
+            j_lo, j_hi = i_w + 1, last
+        else:
+            j_lo, j_hi = first, tl.minimum(i_w, last)
+        for j in range(j_lo, j_hi):
+            row = (i_b + j * n_rows) * F  # i_b is int64, so is row
+            carry += tl.load(totals + row + o_f, mask=m_f, other=0)
     n_blocks = tl.cdiv(tl.maximum(we - ws, 0), BT).to(tl.int32)
     for i in range(0, n_blocks):
         if REVERSE:
@@ -134,8 +156,12 @@ def segment_cumsum_kernel(
             o_t = ws + i * BT + tl.arange(0, BT).to(tl.int64)
         m = ((o_t >= ws) & (o_t < we))[:, None] & m_f[None, :]
         b = tl.load(x + off_x[None, :] + o_t[:, None] * stride_xt, mask=m, other=0).to(tl.float32)
-        y = tl.cumsum(b, axis=0, reverse=REVERSE) + carry[None, :]
+        if PASS != 1:
+            y = tl.cumsum(b, axis=0, reverse=REVERSE) + carry[None, :]
+            if HAS_SCALE:
+                y = y * scale
+            tl.store(out + off_o[None, :] + o_t[:, None] * stride_ot, y.to(out.dtype.element_ty), mask=m)
         carry += tl.sum(b, axis=0)
-        if HAS_SCALE:
-            y = y * scale
-        tl.store(out + off_o[None, :] + o_t[:, None] * stride_ot, y.to(out.dtype.element_ty), mask=m)
+    if PASS == 1:
+        row = (i_w.to(tl.int64) * tl.num_programs(1) + i_b) * F
+        tl.store(out + row + o_f, carry, mask=m_f)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from core_triton import run_steps
 from jax_api._launch import info, launch
 from jax_api.utils import prepare_chunk_offsets
 
@@ -24,13 +25,13 @@ def segment_cumsum(x: jax.Array, cu_seqlens, plans) -> jax.Array:
 
     @jax.custom_vjp
     def op(x, index_inputs):
-        return launch(plans.forward, {"x": x, **index_inputs})[0]
+        return run_steps(plans.forward, {"x": x, **index_inputs}, launch)[0]
 
     def fwd(x, index_inputs):
         return op(x, index_inputs), index_inputs
 
     def bwd(index_inputs, dy):
-        dx = launch(plans.backward(info(dy)), {"x": dy, **index_inputs})[0]
+        dx = run_steps(plans.backward(info(dy)), {"x": dy, **index_inputs}, launch)[0]
         zeros = jax.tree.map(lambda a: np.zeros(a.shape, jax.dtypes.float0), index_inputs)
         return dx, zeros
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from core_triton import run_steps
 from torch_api._launch import info, launch
 from torch_api.utils import prepare_chunk_offsets
 
@@ -20,14 +21,14 @@ def _index_inputs(cu_seqlens, plans) -> dict[str, torch.Tensor]:
 class _SegmentCumsum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, index_inputs, plans):
-        (y,) = launch(plans.forward, {"x": x, **index_inputs})
+        (y,) = run_steps(plans.forward, {"x": x, **index_inputs}, launch)
         ctx.index_inputs = index_inputs
         ctx.plans = plans
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        (dx,) = launch(ctx.plans.backward(info(dy)), {"x": dy, **ctx.index_inputs})
+        (dx,) = run_steps(ctx.plans.backward(info(dy)), {"x": dy, **ctx.index_inputs}, launch)
         return dx, None, None
 
 

@@ -17,6 +17,9 @@ T = 37
 # Longer sequences for the global sums, whose kernel scans 64-token blocks:
 # every sequence here spans several blocks and starts mid-block.
 LONG_CU_SEQLENS = [0, 70, 70, 201, 203, 333]
+# Long enough (T >= 1024) with few enough rows and features that the global
+# sum splits into two launches over 64-token chunks (core_triton._cumsum_plan).
+SPLIT_CU_SEQLENS = [0, 130, 130, 1100, 1101, 1500]
 
 FULL_MATRIX = list(
     itertools.product(
@@ -81,16 +84,18 @@ class CumsumSuite:
         self._run("local", chunk, case)
 
     @pytest.mark.parametrize("case", FULL_MATRIX, ids=_ids)
-    @pytest.mark.parametrize("lengths", ["short", "long"])
+    @pytest.mark.parametrize("lengths", ["short", "long", "split"])
     def test_global_float32(self, case, lengths):
-        self._run("global", None, case, cu_seqlens=CU_SEQLENS if lengths == "short" else LONG_CU_SEQLENS)
+        cu = {"short": CU_SEQLENS, "long": LONG_CU_SEQLENS, "split": SPLIT_CU_SEQLENS}[lengths]
+        self._run("global", None, case, cu_seqlens=cu)
 
     @pytest.mark.parametrize("op", ["local", "global"])
     @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
     @pytest.mark.parametrize("output_dtype", [None, "float32"])
     @pytest.mark.parametrize("case", FULL_MATRIX[::3], ids=_ids)
     def test_half_precision(self, op, dtype, output_dtype, case):
-        self._run(op, 8, case, dtype=dtype, output_dtype=output_dtype, cu_seqlens=LONG_CU_SEQLENS)
+        cu = LONG_CU_SEQLENS if op == "local" else SPLIT_CU_SEQLENS
+        self._run(op, 8, case, dtype=dtype, output_dtype=output_dtype, cu_seqlens=cu)
 
     @pytest.mark.parametrize("packed", [False, True])
     @pytest.mark.parametrize("reverse", [False, True])
