@@ -21,6 +21,7 @@ _MIN_GLOBAL_PROGRAMS = 512
 _SPLIT_MIN_SEQ_LEN = 1024
 # The split scan sizes its chunks for about this many programs.
 _SPLIT_TARGET_PROGRAMS = 1024
+_SPLIT_MAX_CHUNK = 8192
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class CumsumPlans:
     offsets_chunk_size: int | None
 
 
+# Plans depend on shapes and options only: cache them, so an eager call
+# (PyTorch, or JAX outside jit) does not rebuild them every time.
+@functools.lru_cache(maxsize=1024)
 def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
     if chunk is None:
         chunk = _split_chunk(x, cu_seqlens, head_first)
@@ -53,9 +57,10 @@ def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -
 
 
 def _local_tile(chunk: int, F: int) -> tuple[int, int]:
-    """(BT, BF) of a chunk-window program."""
-    bt = min(chunk, 256)
-    return bt, max(1, min(next_power_of_2(F), _TILE_ELEMENTS // bt))
+    """(BT, BF) of a chunk-window program: feature rows up to 64 wide (256
+    bytes of float32, whole cache lines), time filling the rest of the tile."""
+    bf = min(next_power_of_2(F), 64)
+    return min(chunk, max(16, _TILE_ELEMENTS // bf)), bf
 
 
 def _global_tile(T: int, F: int, rows: int) -> tuple[int, int]:
@@ -77,10 +82,9 @@ def _split_chunk(x: TensorInfo, cu_seqlens: TensorInfo | None, head_first: bool)
     if rows * cdiv(F, bf) >= _MIN_GLOBAL_PROGRAMS or T < _SPLIT_MIN_SEQ_LEN:
         return None
     batch_rows = 1 if cu_seqlens is not None else B
-    # Chunks of 256+ tokens use 256 x 16 tiles (see _local_tile).
-    per_chunk_programs = batch_rows * cdiv(F, _local_tile(256, F)[1])
+    per_chunk_programs = batch_rows * cdiv(F, _local_tile(_SPLIT_MAX_CHUNK, F)[1])
     chunk = next_power_of_2(cdiv(T * per_chunk_programs, _SPLIT_TARGET_PROGRAMS))
-    return min(max(chunk, 64), 8192)
+    return min(max(chunk, 64), _SPLIT_MAX_CHUNK)
 
 
 def _layout(x: TensorInfo, head_first: bool):
