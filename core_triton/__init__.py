@@ -6,12 +6,8 @@ sizes, output shapes and argument checks.
 """
 
 from core_triton import chunk_global_cumsum, chunk_local_cumsum
-from core_triton.checks import (
-    check_cu_seqlens_values,
-    float_dtype_name,
-)
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_steps
-from core_triton.runtime import NO_BACKEND_MESSAGE, is_interpreted
+from core_triton.runtime import NO_BACKEND_MESSAGE, autotune, is_interpreted
 from core_triton.utils import cdiv, next_power_of_2
 
 __all__ = [
@@ -20,11 +16,10 @@ __all__ = [
     "NO_BACKEND_MESSAGE",
     "OutputSpec",
     "TensorInfo",
+    "autotune",
     "cdiv",
-    "check_cu_seqlens_values",
     "chunk_global_cumsum",
     "chunk_local_cumsum",
-    "float_dtype_name",
     "is_interpreted",
     "launch_direct",
     "next_power_of_2",

@@ -9,7 +9,7 @@ kernel signature serves both bindings: inputs and scalars in the order of
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +52,12 @@ class OutputSpec:
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """One launch.  ``grid`` is a tuple, or a callable of the metaparameters
+    for autotuned kernels (whose configs then set ``num_warps`` and
+    ``num_stages``: leave both None)."""
+
     kernel: Any
-    grid: tuple[int, ...]
+    grid: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...]]
     params: tuple[Any, ...]
     outputs: tuple[OutputSpec, ...]
     constexprs: Mapping[str, Any] = field(default_factory=dict)
@@ -62,6 +66,10 @@ class LaunchPlan:
     # Names under which the outputs join the inputs of later launches of a
     # multi-launch op (see run_steps).
     output_names: tuple[str, ...] = ("out",)
+
+    def is_empty(self) -> bool:
+        """True when a fixed grid has no program (zero-size tensors)."""
+        return not callable(self.grid) and 0 in self.grid
 
     def input_names(self) -> list[str]:
         """Names of the array inputs, in parameter order."""
@@ -87,9 +95,10 @@ def launch_direct(plan: LaunchPlan, inputs: Mapping[str, Any], outputs: Sequence
     """Launch ``plan`` on tensors Triton takes directly (torch tensors, on a
     GPU or, under the interpreter, on the CPU); ``outputs`` are allocated by
     the caller as ``plan.outputs`` describes."""
-    if not any(plan.grid) or 0 in plan.grid:
+    if plan.is_empty():
         return
-    plan.kernel[tuple(plan.grid)](*plan.arguments(inputs), *outputs, **plan.launch_options())
+    grid = plan.grid if callable(plan.grid) else tuple(plan.grid)
+    plan.kernel[grid](*plan.arguments(inputs), *outputs, **plan.launch_options())
 
 
 def run_steps(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one) -> list[Any]:

@@ -22,3 +22,14 @@ def is_interpreted(kernel) -> bool:
     while hasattr(kernel, "fn") and type(kernel).__name__ in ("Autotuner", "Heuristics"):
         kernel = kernel.fn
     return type(kernel).__name__ == "InterpretedFunction"
+
+
+def autotune(configs, key, **kwargs):
+    """``triton.autotune`` for our kernels: every config on a GPU, only the
+    first under the interpreter (which would otherwise run them all, slowly).
+    No ``pre_hook``: jax-triton refuses configs that have one."""
+    import triton
+
+    if interpreter_requested():
+        configs = list(configs)[:1]
+    return triton.autotune(configs=configs, key=key, **kwargs)

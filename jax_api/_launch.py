@@ -58,7 +58,7 @@ def _empty_outputs(plan: LaunchPlan) -> list[jax.Array]:
 
 def launch(plan: LaunchPlan, inputs: dict[str, jax.Array]) -> list[jax.Array]:
     """Run ``plan`` on ``inputs``; returns its outputs as JAX arrays."""
-    if 0 in plan.grid:
+    if plan.is_empty():
         return _empty_outputs(plan)
     names = _unique_inputs(plan)
     arrays = [inputs[n] for n in names]
@@ -111,7 +111,7 @@ def _triton_call(plan, names, arrays):
             jt.triton_call(
                 *args,
                 kernel=plan.kernel,
-                grid=tuple(plan.grid),
+                grid=plan.grid if callable(plan.grid) else tuple(plan.grid),
                 num_warps=plan.num_warps,
                 num_stages=plan.num_stages,
                 zeroed_outputs=zeroed,
