@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core_triton import NO_BACKEND_MESSAGE, In, LaunchPlan, TensorInfo, is_interpreted
+from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted
 from core_triton.utils import contiguous_strides
 
 
@@ -69,8 +70,10 @@ def launch(plan: LaunchPlan, inputs: dict[str, jax.Array]) -> list[jax.Array]:
     return list(_triton_call(plan, names, arrays))
 
 
-def _import_jax_triton():
-    """jax_triton, imported only when used (it needs a GPU JAX)."""
+@functools.cache
+def _jax_triton():
+    """(jax_triton, name of its output-shape argument), imported once, only
+    when used (it needs a GPU JAX)."""
     before = os.environ.get("TRITON_CACHE_DIR")
     import jax_triton
 
@@ -81,32 +84,26 @@ def _import_jax_triton():
         os.environ.pop("TRITON_CACHE_DIR", None)
     else:
         os.environ["TRITON_CACHE_DIR"] = before
-    return jax_triton
+    # jax-triton 0.4 renamed out_shape to out_type.
+    params = inspect.signature(jax_triton.triton_call).parameters
+    return jax_triton, ("out_type" if "out_type" in params else "out_shape")
 
 
 def _triton_call(plan, names, arrays):
-    jt = _import_jax_triton()
-
+    jt, out_kw = _jax_triton()
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
-    # jax-triton 0.4 renamed out_shape to out_type.
-    out_kw = "out_type" if "out_type" in inspect.signature(jt.triton_call).parameters else "out_shape"
     zeroed = tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)
     if any(o.fill not in (None, 0) for o in plan.outputs):
         raise NotImplementedError("jax-triton can only zero outputs")
 
     @jax.custom_batching.sequential_vmap
     def call(*arrays):
-        env = dict(zip(names, arrays, strict=True))
-        args = []
-        for p in plan.params:
-            if isinstance(p, In):
-                args.append(env[p.name])
-            elif isinstance(p, float):
-                # jax-triton passes a Python float as fp64; torch's launcher
-                # passes fp32. Both bindings must run the same kernel.
-                args.append(np.float32(p))
-            else:
-                args.append(p)
+        # jax-triton passes a Python float as fp64; torch's launcher passes
+        # fp32. Both bindings must run the same kernel.
+        args = [
+            np.float32(a) if isinstance(a, float) else a
+            for a in plan.arguments(dict(zip(names, arrays, strict=True)))
+        ]
         return tuple(
             jt.triton_call(
                 *args,
