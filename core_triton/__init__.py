@@ -6,7 +6,7 @@ sizes, output shapes and argument checks.
 """
 
 from core_triton import chunk_global_cumsum, chunk_local_cumsum
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_steps
+from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_named, run_steps
 from core_triton.runtime import NO_BACKEND_MESSAGE, autotune, is_interpreted
 from core_triton.utils import cdiv, next_power_of_2
 
@@ -23,5 +23,6 @@ __all__ = [
     "is_interpreted",
     "launch_direct",
     "next_power_of_2",
+    "run_named",
     "run_steps",
 ]

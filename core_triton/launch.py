@@ -111,3 +111,12 @@ def run_steps(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one
         outputs = list(launch_one(step, env))
         env.update(zip(step.output_names, outputs, strict=True))
     return outputs
+
+
+def run_named(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one) -> dict[str, Any]:
+    """Like :func:`run_steps`, for ops with several results: returns every
+    named array (the inputs and each step's outputs) by name."""
+    env = dict(inputs)
+    for step in steps:
+        env.update(zip(step.output_names, launch_one(step, env), strict=True))
+    return env

@@ -20,3 +20,11 @@ def contiguous_strides(shape) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(int(size), 1)
     return tuple(reversed(strides))
+
+
+def prod(shape) -> int:
+    """Number of elements of ``shape``."""
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

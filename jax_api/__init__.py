@@ -2,6 +2,7 @@
 
 from jax_api.chunk_global_cumsum import chunk_global_cumsum
 from jax_api.chunk_local_cumsum import chunk_local_cumsum
+from jax_api.recurrent import recurrent
 from jax_api.utils import (
     cdiv,
     identity_dtype_convert,
@@ -28,4 +29,5 @@ __all__ = [
     "prepare_position_ids",
     "prepare_sequence_ids",
     "prepare_token_indices",
+    "recurrent",
 ]

@@ -43,6 +43,14 @@ class TorchFramework:
         y.backward(dy)
         return y, x.grad
 
+    def vjp_many(self, fn, inputs: dict, cotangents):
+        """(fn(**inputs), {name: gradient}) for an fn returning a tuple,
+        pulled back from the tuple ``cotangents``."""
+        leaves = {n: x.detach().clone().requires_grad_(True) for n, x in inputs.items()}
+        outs = fn(**leaves)
+        self.torch.autograd.backward(list(outs), list(cotangents))
+        return outs, {n: x.grad for n, x in leaves.items()}
+
 
 class JaxFramework:
     name = "jax"
@@ -73,3 +81,10 @@ class JaxFramework:
         y, pullback = self.jax.vjp(fn, x)
         (dx,) = pullback(dy)
         return y, dx
+
+    def vjp_many(self, fn, inputs: dict, cotangents):
+        """(fn(**inputs), {name: gradient}) for an fn returning a tuple,
+        pulled back from the tuple ``cotangents``."""
+        outs, pullback = self.jax.vjp(lambda d: fn(**d), inputs)
+        (grads,) = pullback(tuple(cotangents))
+        return outs, grads

@@ -2,6 +2,7 @@
 
 from torch_api.chunk_global_cumsum import chunk_global_cumsum
 from torch_api.chunk_local_cumsum import chunk_local_cumsum
+from torch_api.recurrent import recurrent
 from torch_api.utils import (
     cdiv,
     identity_dtype_convert,
@@ -28,4 +29,5 @@ __all__ = [
     "prepare_position_ids",
     "prepare_sequence_ids",
     "prepare_token_indices",
+    "recurrent",
 ]

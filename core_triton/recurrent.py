@@ -1,0 +1,193 @@
+"""``recurrent``: linear attention with any mix of gates, token by token.
+
+Semantics: ../SPEC.md, "Recurrent linear attention".  Shapes: query
+``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``, g
+``[B, T, H]``, g_gamma ``[H]``, gk ``[B, T, H, K]``, gv ``[B, T, H, V]``,
+initial/final state ``[N, H, K, V]`` float32.  Returns output
+``[B, T, HQ, V]`` (input dtype) and the final state.
+
+Forward: one launch (recurrent_fwd).  Backward: one launch (recurrent_bwd)
+that recomputes the states, then reductions (reduce_partials) that sum the
+per-value-tile partials and cast every gradient to its input's dtype.
+Inputs are read contiguous (the bindings make them so).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from core_triton import reduce_partials
+from core_triton._linear_attn_args import LinearAttnArgs, validate
+from core_triton.checks import check_cu_seqlens_values
+from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.recurrent_bwd import recurrent_bwd_kernel
+from core_triton.recurrent_fwd import recurrent_fwd_kernel
+from core_triton.utils import cdiv, next_power_of_2
+
+GATES = ("g", "g_gamma", "gk", "gv")
+# Every float input and the name of its gradient in the backward's outputs.
+GRADIENTS = {
+    "query": "d_query",
+    "key": "d_key",
+    "value": "d_value",
+    "g": "d_g",
+    "g_gamma": "d_g_gamma",
+    "gk": "d_gk",
+    "gv": "d_gv",
+    "initial_state": "d_initial_state",
+}
+# A state tile holds about this many float32 values (registers of one program).
+_STATE_TILE = 4096
+# Below this many programs, value tiles shrink to raise parallelism: every
+# program walks its whole sequence, so programs, not bandwidth, set the pace.
+_MIN_PROGRAMS = 264
+
+
+@dataclass(frozen=True)
+class RecurrentPlans:
+    """``forward``: one plan, inputs by argument name (plus ``cu_seqlens``),
+    outputs ``output``, ``final_state``.  ``backward``: plans run in order
+    over the forward's inputs plus ``d_output`` and ``d_final_state``; the
+    gradient of input ``x`` is the output named ``GRADIENTS[x]``, present
+    for the inputs in ``inputs``."""
+
+    forward: LaunchPlan
+    backward: tuple[LaunchPlan, ...]
+    inputs: tuple[str, ...]
+    args: LinearAttnArgs
+
+
+def plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    g: TensorInfo | None = None,
+    g_gamma: TensorInfo | None = None,
+    gk: TensorInfo | None = None,
+    gv: TensorInfo | None = None,
+    softmax_scale=None,
+    initial_state: TensorInfo | None = None,
+    reverse=False,
+    cu_seqlens: TensorInfo | None = None,
+    cu_seqlens_values=None,
+) -> RecurrentPlans:
+    """Check the arguments and plan the launches."""
+    a = validate(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)
+    if cu_seqlens is not None and cu_seqlens_values is not None:
+        check_cu_seqlens_values(cu_seqlens_values, a.T)
+    given = {"g": g, "g_gamma": g_gamma, "gk": gk, "gv": gv, "initial_state": initial_state}
+    dtypes = {n: t.dtype for n, t in given.items() if t is not None}
+    return _make_plans(a, tuple(sorted(dtypes.items())))
+
+
+def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
+    """(BK, BV): all of K in one tile; value tiles as wide as the state tile
+    allows, narrower (down to 16) while there are too few programs."""
+    bk = next_power_of_2(K)
+    bv = min(next_power_of_2(V), max(16, _STATE_TILE // bk))
+    while bv > 16 and programs * cdiv(V, bv) < _MIN_PROGRAMS:
+        bv //= 2
+    return bk, bv
+
+
+# Plans depend on sizes, options and dtypes only: cache them for eager calls.
+@functools.lru_cache(maxsize=512)
+def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> RecurrentPlans:
+    dtypes = dict(dtypes)
+    B, T, HQ, H, K, V, N, G = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N, a.G
+    bk, bv = tiles(K, V, N * H)
+    nv = cdiv(V, bv)
+    grid = (nv, N * H)
+    if N * H == 0:
+        grid = (0, 0)
+
+    def optional(name):
+        return In(name) if name in dtypes else In("query")
+
+    operands = (
+        In("query"),
+        In("key"),
+        In("value"),
+        optional("g"),
+        optional("g_gamma"),
+        optional("gk"),
+        optional("gv"),
+        optional("initial_state"),
+    )
+    index = In("cu_seqlens") if a.packed else In("query")
+    flags = dict(
+        H=H,
+        G=G,
+        K=K,
+        V=V,
+        BK=bk,
+        BV=bv,
+        USE_G="g" in dtypes,
+        USE_G_GAMMA="g_gamma" in dtypes,
+        USE_GK="gk" in dtypes,
+        USE_GV="gv" in dtypes,
+        USE_H0="initial_state" in dtypes,
+        REVERSE=a.reverse,
+        IS_VARLEN=a.packed,
+    )
+    forward = LaunchPlan(
+        kernel=recurrent_fwd_kernel,
+        grid=grid,
+        params=(*operands, index, T, a.scale),
+        outputs=(OutputSpec((B, T, HQ, V), a.dtype), OutputSpec((N, H, K, V), "float32")),
+        constexprs=flags,
+        num_warps=None,
+        num_stages=None,
+        output_names=("output", "final_state"),
+    )
+
+    rows = B * T
+    unused = OutputSpec((1,), "float32")
+
+    def partial(name, shape):
+        return OutputSpec((nv, *shape), "float32") if name in dtypes or name in ("query", "key") else unused
+
+    bwd_outputs = (
+        partial("query", (B, T, HQ, K)),
+        partial("key", (B, T, H, K)),
+        OutputSpec((B, T, H, V), a.dtype),
+        partial("g", (B, T, H)),
+        partial("gk", (B, T, H, K)),
+        OutputSpec((B, T, H, V), "float32") if "gv" in dtypes else unused,
+        OutputSpec((N * nv, H), "float32") if "g_gamma" in dtypes else unused,
+        OutputSpec((N, H, K, V), dtypes["initial_state"]) if "initial_state" in dtypes else unused,
+    )
+    backward = [
+        LaunchPlan(
+            kernel=recurrent_bwd_kernel,
+            grid=grid,
+            params=(*operands, In("d_output"), In("d_final_state"), index, T, rows, a.scale),
+            outputs=bwd_outputs,
+            constexprs=flags,
+            num_warps=None,
+            num_stages=None,
+            output_names=(
+                "dq_parts",
+                "dk_parts",
+                "d_value",
+                "dg_parts",
+                "dgk_parts",
+                "dgv_f32",
+                "dgamma_parts",
+                "d_initial_state",
+            ),
+        ),
+        reduce_partials.plan("dq_parts", nv, (B, T, HQ, K), a.dtype, "d_query"),
+        reduce_partials.plan("dk_parts", nv, (B, T, H, K), a.dtype, "d_key"),
+    ]
+    if "g" in dtypes:
+        backward.append(reduce_partials.plan("dg_parts", nv, (B, T, H), dtypes["g"], "d_g"))
+    if "gk" in dtypes:
+        backward.append(reduce_partials.plan("dgk_parts", nv, (B, T, H, K), dtypes["gk"], "d_gk"))
+    if "gv" in dtypes:
+        backward.append(reduce_partials.plan("dgv_f32", 1, (B, T, H, V), dtypes["gv"], "d_gv"))
+    if "g_gamma" in dtypes:
+        backward.append(reduce_partials.plan("dgamma_parts", N * nv, (H,), dtypes["g_gamma"], "d_g_gamma"))
+    inputs = ("query", "key", "value", *(n for n in (*GATES, "initial_state") if n in dtypes))
+    return RecurrentPlans(forward, tuple(backward), inputs, a)

@@ -1,0 +1,43 @@
+"""``recurrent`` for JAX (semantics: core_triton.recurrent)."""
+
+from __future__ import annotations
+
+import jax
+
+from core_triton import recurrent as core
+from jax_api._launch import host_values, info
+from jax_api._linear_attn import apply
+
+
+def recurrent(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    g: jax.Array | None = None,
+    g_gamma: jax.Array | None = None,
+    gk: jax.Array | None = None,
+    gv: jax.Array | None = None,
+    softmax_scale: float | None = None,
+    initial_state: jax.Array | None = None,
+    reverse: bool = False,
+    cu_seqlens: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Gated linear attention, token by token.
+
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``;
+    gates (log decays) g ``[B, T, H]``, g_gamma ``[H]``, gk ``[B, T, H, K]``,
+    gv ``[B, T, H, V]``; initial_state ``[N, H, K, V]``.  Returns output
+    ``[B, T, HQ, V]`` (query's dtype) and final_state ``[N, H, K, V]`` float32.
+    """
+    operands = dict(
+        query=query, key=key, value=value, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state
+    )
+    plans = core.plans(
+        *(info(operands[n]) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
+        softmax_scale,
+        info(initial_state),
+        reverse,
+        info(cu_seqlens),
+        host_values(cu_seqlens),
+    )
+    return apply(plans, cu_seqlens, operands)
