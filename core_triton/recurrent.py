@@ -81,6 +81,13 @@ def plans(
     return _make_plans(a, tuple(sorted(dtypes.items())))
 
 
+def _warps(bk: int, bv: int) -> int:
+    """Warps per program, from the state tile's size.  Fixed (no autotune)
+    so that both bindings run the same compiled code and agree bit for bit:
+    the number of warps sets the order of the in-kernel sums."""
+    return 4 if bk * bv >= 2048 else 2 if bk * bv >= 512 else 1
+
+
 def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
     """(BK, BV): all of K in one tile; value tiles as wide as the state tile
     allows, narrower (down to 16) while there are too few programs."""
@@ -137,8 +144,8 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Recur
         params=(*operands, index, T, a.scale),
         outputs=(OutputSpec((B, T, HQ, V), a.dtype), OutputSpec((N, H, K, V), "float32")),
         constexprs=flags,
-        num_warps=None,
-        num_stages=None,
+        num_warps=_warps(bk, bv),
+        num_stages=1,
         output_names=("output", "final_state"),
     )
 
@@ -165,8 +172,8 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Recur
             params=(*operands, In("d_output"), In("d_final_state"), index, T, rows, a.scale),
             outputs=bwd_outputs,
             constexprs=flags,
-            num_warps=None,
-            num_stages=None,
+            num_warps=_warps(bk, bv),
+            num_stages=1,
             output_names=(
                 "dq_parts",
                 "dk_parts",

@@ -32,13 +32,8 @@ import triton
 import triton.language as tl
 
 from core_triton.recurrent_fwd import decay_state, sequence_bounds
-from core_triton.runtime import autotune
-
-_CONFIGS = [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8, 2) for s in (1, 2)]
-_KEY = ["BK", "BV", "G", "USE_G", "USE_G_GAMMA", "USE_GK", "USE_GV", "USE_H0", "REVERSE"]
 
 
-@autotune(_CONFIGS, key=_KEY)
 @triton.jit
 def recurrent_bwd_kernel(
     q,

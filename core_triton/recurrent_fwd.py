@@ -22,8 +22,6 @@ sequence are ``bos .. eos-1`` of the flattened ``B*T`` axis; offsets are
 import triton
 import triton.language as tl
 
-from core_triton.runtime import autotune
-
 
 @triton.jit
 def sequence_bounds(cu_seqlens, i_n, T, IS_VARLEN: tl.constexpr):
@@ -73,11 +71,6 @@ def decay_state(
     return b_h
 
 
-_CONFIGS = [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 2, 8) for s in (1, 2)]
-_KEY = ["BK", "BV", "G", "USE_G", "USE_G_GAMMA", "USE_GK", "USE_GV", "USE_H0", "REVERSE"]
-
-
-@autotune(_CONFIGS, key=_KEY)
 @triton.jit
 def recurrent_fwd_kernel(
     q,
