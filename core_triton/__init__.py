@@ -5,7 +5,7 @@ JAX and PyTorch bindings share one source for each kernel, its grid, block
 sizes, output shapes and argument checks.
 """
 
-from core_triton import chunk_global_cumsum, chunk_local_cumsum
+from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_named, run_steps
 from core_triton.runtime import NO_BACKEND_MESSAGE, autotune, is_interpreted
 from core_triton.utils import cdiv, next_power_of_2
@@ -19,6 +19,7 @@ __all__ = [
     "autotune",
     "cdiv",
     "chunk_global_cumsum",
+    "chunk_linear_attn",
     "chunk_local_cumsum",
     "is_interpreted",
     "launch_direct",

@@ -1,7 +1,9 @@
 """twinkernels for JAX: the core_triton kernels as differentiable ops."""
 
 from jax_api.chunk_global_cumsum import chunk_global_cumsum
+from jax_api.chunk_linear_attn import chunk_linear_attn
 from jax_api.chunk_local_cumsum import chunk_local_cumsum
+from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
 from jax_api.utils import (
     cdiv,
@@ -19,8 +21,10 @@ from jax_api.utils import (
 __all__ = [
     "cdiv",
     "chunk_global_cumsum",
+    "chunk_linear_attn",
     "chunk_local_cumsum",
     "identity_dtype_convert",
+    "lightning_attn",
     "prepare_chunk_indices",
     "prepare_chunk_offsets",
     "prepare_cu_seqlens_from_mask",

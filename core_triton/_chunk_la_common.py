@@ -1,0 +1,160 @@
+"""Device helpers shared by the chunk-parallel linear-attention kernels.
+
+Layouts (all contiguous, time-first, rows of the flattened ``[B*T]`` axis):
+``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc [B*T, H]``
+(float32 in-chunk cumsum of ``g``).  A token's row is ``b * T + t``
+(packed input: ``B == 1``), so every address is ``(row * heads + head) *
+dim + feature``, computed in int64.
+
+Chunks of ``BT`` tokens start at each sequence's first token.  Chunk states
+live in ``h [B * NT or NS, H, K, V]``: one *slot* per chunk (batched input:
+``slot = b * NT + c``; packed input: ``slot = chunk_offsets[n] + c``, with
+``NS = cdiv(T, BT) + N`` slots, an upper bound known from shapes alone).
+
+Gate convention inside a chunk, for both directions: ``b[i]`` is the log
+decay from the chunk boundary where the state *enters* (the first token
+forward, the last token with ``REVERSE``) to token ``i`` inclusive, and
+``b_tot`` that of the whole chunk.  Then, with ``D[i, j] = exp(b[i] -
+b[j])`` where ``j`` is visited no later than ``i``,
+
+    S_i     = exp(b[i]) h_in + sum_j D[i, j] k_j v_j^T
+    h_out   = exp(b_tot) h_in + sum_j exp(b_tot - b[j]) k_j v_j^T
+
+Forward, ``b`` is the inclusive prefix cumsum of the gates inside the chunk
+and "visited no later" means ``j <= i``; reversed, ``b`` is the inclusive
+suffix cumsum and it means ``j >= i``.  The foundation's
+``chunk_local_cumsum`` (with the same ``reverse``) gives exactly these.
+"""
+
+import triton
+import triton.language as tl
+
+from core_triton.runtime import interpreter_requested
+from core_triton.segment_cumsum import _find_sequence
+
+# Triton 3.9's interpreter multiplies bfloat16 tiles as raw 16-bit integers
+# (tl.dot of two bfloat16 tiles returns garbage there); it gets float32
+# operands instead.  Compiled kernels keep their half-precision products.
+_INTERPRETED = tl.constexpr(interpreter_requested())
+
+
+@triton.jit
+def dot(a, b, IEEE: tl.constexpr):
+    """``tl.dot`` with float32 accumulation; ``IEEE``: full float32
+    products (float32 inputs), else the tensor cores' native precision."""
+    if _INTERPRETED:
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32))
+    elif IEEE:
+        out = tl.dot(a, b, input_precision="ieee")
+    else:
+        out = tl.dot(a, b)
+    return out
+
+
+@triton.jit
+def sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN: tl.constexpr):
+    """(bos, eos, first slot) of sequence ``i_n``: rows ``[bos, eos)`` of the
+    flattened time axis, clamped to it (traced ``cu_seqlens`` are not
+    checked on the host)."""
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        slot0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), T)
+        eos = tl.minimum(tl.maximum(eos, bos), T)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+        slot0 = i_n.to(tl.int64) * NT
+    return bos, eos, slot0
+
+
+@triton.jit
+def chunk_window(
+    cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, BT: tl.constexpr, IS_VARLEN: tl.constexpr
+):
+    """Where chunk slot ``i_s`` of batch row ``i_b`` lies.
+
+    Returns ``(i_n, bos, eos, ts, te, slot)``: its sequence and that
+    sequence's rows ``[bos, eos)``,
+    its own rows ``[ts, te)`` (empty for the spare slots of packed input)
+    and its index into the chunk-state buffers."""
+    if IS_VARLEN:
+        # The grid has an upper bound of slots; those past the real chunk
+        # count get an empty window.
+        valid = i_s < tl.load(chunk_offsets + N)
+        i_n = _find_sequence(chunk_offsets, i_s, N, n_iter)
+        bos, eos, slot0 = sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN)
+        ts = bos + (i_s - slot0) * BT
+        eos = tl.where(valid, eos, bos)
+        slot = i_s.to(tl.int64)
+    else:
+        i_n = i_b
+        bos = i_b.to(tl.int64) * T
+        eos = bos + T
+        ts = bos + i_s.to(tl.int64) * BT
+        slot = i_b.to(tl.int64) * NT + i_s
+    te = tl.minimum(ts + BT, eos)
+    return i_n, bos, eos, ts, te, slot
+
+
+@triton.jit
+def chunk_gates(
+    gc,
+    g_gamma,
+    i_h,
+    o_t,
+    m_t,
+    ts,
+    te,
+    H: tl.constexpr,
+    BT: tl.constexpr,
+    USE_G: tl.constexpr,
+    USE_GAMMA: tl.constexpr,
+    REVERSE: tl.constexpr,
+):
+    """(b [BT], b_tot) of one chunk (see the module docstring), float32.
+    ``g_gamma``'s in-chunk cumsum is ``gamma * (i + 1)`` (reversed:
+    ``gamma * (L - i)``), computed here rather than read."""
+    p = tl.arange(0, BT)
+    L = (te - ts).to(tl.int32)
+    b = tl.zeros([BT], dtype=tl.float32)
+    if USE_G:
+        b += tl.load(gc + o_t * H + i_h, mask=m_t, other=0).to(tl.float32)
+    if USE_GAMMA:
+        gamma = tl.load(g_gamma + i_h).to(tl.float32)
+        if REVERSE:
+            b += gamma * (L - p).to(tl.float32)
+        else:
+            b += gamma * (p + 1).to(tl.float32)
+    # The whole chunk's decay: b at the token visited last.
+    if REVERSE:
+        last = 0
+    else:
+        last = L - 1
+    b_tot = tl.sum(tl.where(p == last, b, 0.0), axis=0)
+    return b, b_tot
+
+
+@triton.jit
+def intra_decay(b, m_t, BT: tl.constexpr, REVERSE: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """``D[i, j] = exp(b[i] - b[j])`` where token ``j`` is visited no later
+    than token ``i`` (and both are in the chunk), else 0; ``TRANSPOSED``
+    gives ``D^T`` (rows ``j``, columns ``i``), built directly rather than by
+    transposing (see the note on ``tl.trans`` in chunk_backward_dqk.py)."""
+    p = tl.arange(0, BT)
+    if TRANSPOSED:
+        i = p[None, :]
+        j = p[:, None]
+        diff = b[None, :] - b[:, None]
+    else:
+        i = p[:, None]
+        j = p[None, :]
+        diff = b[:, None] - b[None, :]
+    if REVERSE:
+        keep = j >= i
+    else:
+        keep = j <= i
+    keep = keep & m_t[:, None] & m_t[None, :]
+    # exp of a dropped entry may overflow; where() discards it (no inf * 0).
+    return tl.where(keep, tl.exp(diff), 0.0)

@@ -1,0 +1,43 @@
+"""``lightning_attn`` for JAX (semantics: core_triton.lightning_attn)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from core_triton import lightning_attn as core
+from jax_api._launch import info
+from jax_api.chunk_linear_attn import chunk_linear_attn
+from jax_api.recurrent import recurrent
+
+
+def lightning_attn(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    layer_idx: int,
+    num_layers: int,
+    softmax_scale: float | None = None,
+    initial_state: jax.Array | None = None,
+    reverse: bool = False,
+    cu_seqlens: jax.Array | None = None,
+    mode: str = "chunk",
+) -> tuple[jax.Array, jax.Array]:
+    """Linear attention with the depth-dependent per-head decay.
+
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``,
+    initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
+    final_state ``[N, H, K, V]`` float32.
+    """
+    g_gamma, mode = core.decay(info(key), layer_idx, num_layers, mode)
+    op = chunk_linear_attn if mode == "chunk" else recurrent
+    return op(
+        query,
+        key,
+        value,
+        g_gamma=jax.lax.stop_gradient(jnp.asarray(g_gamma)),
+        softmax_scale=softmax_scale,
+        initial_state=initial_state,
+        reverse=reverse,
+        cu_seqlens=cu_seqlens,
+    )

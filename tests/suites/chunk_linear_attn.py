@@ -1,0 +1,220 @@
+"""The chunk-parallel linear-attention tests, written once; each framework's
+test module subclasses them with its adapter (``fw``).  Inputs and checks
+are the recurrent suite's (``make_case``, ``check_case``: float64 reference
+of the spec's loop, every gradient, nonzero final-state cotangent).
+
+Shapes are small (the CPU interpreter is slow) but exercise every path:
+several chunks with a partial last one, packed sequences that start
+mid-chunk with an empty one among them, grouped queries (HQ = 2H), head dims
+that are not powers of two (padded, masked tiles), several K/V tiles."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.reference import assert_close
+from tests.suites.recurrent import check_case, make_case
+
+# Lengths 17 (two chunks of 16, the second of one token), 0, 33, 11; T = 61.
+CU_SEQLENS = [0, 17, 17, 50, 61]
+GATE_SETS = [(), ("g",), ("g_gamma",), ("g", "g_gamma")]
+MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True]))
+SMALL = dict(B=2, T=40, HQ=4, H=2, K=20, V=12, cu=CU_SEQLENS)
+
+
+def _ids(case):
+    gates, reverse, packed = case
+    return "-".join(
+        ["+".join(gates) or "nogate", "rev" if reverse else "fwd", "packed" if packed else "batched"]
+    )
+
+
+class ChunkLinearAttnSuite:
+    fw = None  # set by the framework's module
+
+    def _fn(self, scale=None, reverse=False, chunk_size=16):
+        api = self.fw.api
+
+        def fn(**kw):
+            return api.chunk_linear_attn(**kw, softmax_scale=scale, reverse=reverse, chunk_size=chunk_size)
+
+        return fn
+
+    @pytest.mark.parametrize("case", MATRIX, ids=_ids)
+    def test_matches_reference(self, case):
+        gates, reverse, packed = case
+        x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, **SMALL)
+        check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
+
+    @pytest.mark.parametrize("reverse", [False, True])
+    def test_default_chunk_size_without_initial_state(self, reverse):
+        # chunk_size 64: one chunk per sequence but the longest; no h0.
+        x, cu, cots = make_case(
+            self.fw, gates=("g", "g_gamma"), packed=True, h0=False, HQ=2, H=1, K=8, V=16,
+            cu=[0, 70, 70, 75], seed=1,
+        )  # fmt: skip
+        check_case(self.fw, self._fn(reverse=reverse, chunk_size=64), x, cu, cots, reverse=reverse)
+
+    def test_scale_and_one_query_head_per_state(self):
+        x, cu, cots = make_case(self.fw, gates=("g",), HQ=3, H=3, K=7, V=3, T=35, h0=True, seed=2)
+        check_case(self.fw, self._fn(scale=0.3, chunk_size=32), x, cu, cots, scale=0.3)
+
+    @pytest.mark.parametrize("reverse", [False, True])
+    def test_large_odd_head_dims(self, reverse):
+        # K = 100, V = 80: several K and V tiles of the first (interpreter)
+        # configs, masked tails.
+        x, cu, cots = make_case(
+            self.fw, gates=("g", "g_gamma"), B=1, T=21, HQ=2, H=1, K=100, V=80, h0=True, seed=3
+        )
+        check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
+
+    @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+    def test_half_precision(self, dtype):
+        x, cu, cots = make_case(self.fw, gates=("g", "g_gamma"), packed=True, h0=True, seed=4, **SMALL)
+        check_case(self.fw, self._fn(reverse=dtype == "float16"), x, cu, cots, dtype=dtype,
+                   reverse=dtype == "float16")  # fmt: skip
+
+    def test_empty_sequences(self):
+        # Sequences of length 0 pass the initial state through unchanged,
+        # and their gradient through to it.
+        x, cu, cots = make_case(
+            self.fw, gates=("g",), packed=True, h0=True, K=5, V=4, cu=[0, 0, 19, 19], seed=5
+        )
+        check_case(self.fw, self._fn(), x, cu, cots)
+
+    def test_matches_recurrent(self):
+        api = self.fw.api
+        if not hasattr(api, "recurrent"):
+            pytest.skip("recurrent not available")
+        fw = self.fw
+        x, cu, _ = make_case(fw, gates=("g", "g_gamma"), packed=True, h0=True, seed=6, **SMALL)
+        arrays = {n: fw.array(a) for n, a in x.items()}
+        cu_arr = fw.array(cu, "int32")
+        for reverse in (False, True):
+            o1, h1 = api.chunk_linear_attn(**arrays, reverse=reverse, cu_seqlens=cu_arr, chunk_size=16)
+            o2, h2 = api.recurrent(**arrays, reverse=reverse, cu_seqlens=cu_arr)
+            assert_close(fw.numpy(o1), fw.numpy(o2), "float32", "output")
+            assert_close(fw.numpy(h1), fw.numpy(h2), "float32", "final_state")
+
+    # ---- bad input -------------------------------------------------------
+
+    def _inputs(self, **shapes):
+        fw = self.fw
+        rng = np.random.default_rng(9)
+        base = {"query": (2, 5, 4, 3), "key": (2, 5, 2, 3), "value": (2, 5, 2, 4)}
+        base.update(shapes)
+        return {n: fw.array(rng.standard_normal(s)) for n, s in base.items() if s is not None}
+
+    def test_bad_chunk_size(self):
+        x = self._inputs()
+        for bad, err in [(8, ValueError), (48, ValueError), (0, ValueError), (512, ValueError),
+                         (16.0, TypeError), (True, TypeError)]:  # fmt: skip
+            with pytest.raises(err, match="chunk_size"):
+                self.fw.api.chunk_linear_attn(**x, chunk_size=bad)
+
+    def test_bad_shapes(self):
+        cases = [
+            ({"query": (2, 5, 4)}, "query"),
+            ({"key": (2, 6, 2, 3)}, "seq_len"),
+            ({"query": (2, 5, 3, 3)}, "multiple"),
+            ({"query": (2, 5, 4, 300), "key": (2, 5, 2, 300)}, "head_dim"),
+            ({"g": (2, 5, 3)}, "g must be"),
+            ({"g_gamma": (2, 5, 2)}, "g_gamma"),
+            ({"initial_state": (2, 2, 4, 3)}, "initial_state"),
+        ]
+        for shapes, match in cases:
+            with pytest.raises(ValueError, match=match):
+                self.fw.api.chunk_linear_attn(**self._inputs(**shapes))
+
+    def test_bad_types_and_options(self):
+        fw, api = self.fw, self.fw.api
+        x = self._inputs()
+        with pytest.raises(TypeError, match="dtype"):
+            api.chunk_linear_attn(x["query"], x["key"], fw.array(np.zeros((2, 5, 2, 4)), "bfloat16"))
+        with pytest.raises(TypeError, match="g"):
+            api.chunk_linear_attn(**x, g=fw.array(np.zeros((2, 5, 2)), "int32"))
+        with pytest.raises(TypeError, match="reverse"):
+            api.chunk_linear_attn(**x, reverse=1)
+        with pytest.raises(ValueError, match="softmax_scale"):
+            api.chunk_linear_attn(**x, softmax_scale=float("nan"))
+        with pytest.raises(ValueError, match="batch"):
+            api.chunk_linear_attn(**x, cu_seqlens=fw.array([0, 2, 5], "int32"))
+        with pytest.raises(TypeError):
+            api.chunk_linear_attn(**x, gk=x["key"])  # vector gates are recurrent's
+        one = self._inputs(query=(1, 5, 4, 3), key=(1, 5, 2, 3), value=(1, 5, 2, 4))
+        for values in ([0, 2, 4], [1, 2, 5], [0, 3, 2, 5]):
+            with pytest.raises(ValueError, match="cu_seqlens"):
+                api.chunk_linear_attn(**one, cu_seqlens=fw.array(values, "int32"))
+
+
+class ChunkLinearAttnGpuSuite:
+    """Sizes only a GPU runs: 64-bit offsets (T = 65536, tensors past 2**31
+    elements) and the default chunk size at realistic head dims."""
+
+    fw = None
+
+    def _skip_unless_gpu(self):
+        from core_triton.runtime import interpreter_requested
+
+        if interpreter_requested():
+            pytest.skip("GPU-only sizes")
+
+    def test_realistic_shape_against_reference(self):
+        self._skip_unless_gpu()
+        for dtype in ("float32", "bfloat16"):
+            for reverse in (False, True):
+                x, cu, cots = make_case(
+                    self.fw, gates=("g", "g_gamma"), packed=True, h0=True, HQ=4, H=2, K=128, V=100,
+                    cu=[0, 100, 100, 300], seed=7,
+                )  # fmt: skip
+                check_case(self.fw, self._fn(reverse), x, cu, cots, dtype=dtype, reverse=reverse)
+
+    def _fn(self, reverse):
+        api = self.fw.api
+        return lambda **kw: api.chunk_linear_attn(**kw, reverse=reverse)
+
+    def test_64bit_offsets(self):
+        # q [1, 65536, 128, 256] bf16 has 2**31 elements; the last sequence
+        # starts past 2**31 elements of it.  Its output and gradients must
+        # equal those of the same sequence run on its own.
+        self._skip_unless_gpu()
+        fw = self.fw
+        T, HQ, H, K, V, tail = 65536, 128, 128, 256, 16, 96
+        keys = iter(range(100))
+
+        def rand(shape, dtype="bfloat16", scale=0.5):
+            # Drawn on the device: 2**31 numpy normals would take minutes.
+            if fw.name == "torch":
+                gen = fw.torch.Generator(device=fw.device).manual_seed(next(keys))
+                x = fw.torch.randn(shape, generator=gen, device=fw.device, dtype=fw.dtype(dtype))
+            else:
+                key = fw.jax.random.PRNGKey(next(keys))
+                x = fw.jax.random.normal(key, shape, dtype=fw.dtype(dtype))
+            return x * scale
+
+        q, k = rand((1, T, HQ, K)), rand((1, T, H, K))
+        v, do = rand((1, T, H, V)), rand((1, T, HQ, V))
+        g = -abs(rand((1, T, H), "float32", 0.1))
+        cu = fw.array([0, T - tail, T], "int32")
+
+        def run(q, k, v, g, do, cu):
+            arrays = {"query": q, "key": k, "value": v, "g": g}
+
+            def fn(**kw):
+                return fw.api.chunk_linear_attn(**kw, cu_seqlens=cu)
+
+            (o, ht), grads = fw.vjp_many(
+                fn, arrays, (do, fw.array(np.zeros((int(cu.shape[0]) - 1, H, K, V))))
+            )
+            return o, ht, grads
+
+        o, ht, grads = run(q, k, v, g, do, cu)
+        s = slice(T - tail, T)
+        o2, ht2, grads2 = run(q[:, s], k[:, s], v[:, s], g[:, s], do[:, s], fw.array([0, tail], "int32"))
+        assert_close(fw.numpy(o[:, s]), fw.numpy(o2), "bfloat16", "output")
+        assert_close(fw.numpy(ht[1:]), fw.numpy(ht2), "bfloat16", "final_state")
+        for n in ("query", "key", "value", "g"):
+            assert_close(fw.numpy(grads[n][:, s]), fw.numpy(grads2[n]), "bfloat16", n)

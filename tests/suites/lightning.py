@@ -1,0 +1,56 @@
+"""Lightning-attention tests, written once for both frameworks."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tests.reference import assert_close
+from tests.reference_linear import lightning_g_gamma
+from tests.suites.recurrent import check_case, make_case
+
+MATRIX = list(itertools.product(["chunk", "recurrent"], [False, True], [False, True]))
+
+
+class LightningSuite:
+    fw = None  # set by the framework's module
+
+    @pytest.mark.parametrize("mode,reverse,packed", MATRIX)
+    def test_matches_reference(self, mode, reverse, packed):
+        H, layer_idx, num_layers = 4, 1, 3
+        x, cu, cots = make_case(self.fw, packed=packed, h0=True, HQ=8, H=H, K=16, V=16, seed=20)
+        g_gamma = lightning_g_gamma(H, layer_idx, num_layers)
+        api = self.fw.api
+
+        def fn(**kw):
+            return api.lightning_attn(
+                **kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse, mode=mode
+            )
+
+        check_case(self.fw, fn, x, cu, cots, reverse=reverse, ref_extra={"g_gamma": g_gamma})
+
+    def test_modes_agree_and_last_layer_decays_least(self):
+        fw, api = self.fw, self.fw.api
+        x, _, _ = make_case(fw, B=1, T=40, HQ=2, H=2, K=8, V=8, seed=21)
+        q, k, v = (fw.array(x[n]) for n in ("query", "key", "value"))
+        chunk = api.lightning_attn(q, k, v, 2, 4)
+        rec = api.lightning_attn(q, k, v, 2, 4, mode="recurrent")
+        assert_close(fw.numpy(chunk[0]), fw.numpy(rec[0]), "float32", "output")
+        assert_close(fw.numpy(chunk[1]), fw.numpy(rec[1]), "float32", "final_state")
+        g = lightning_g_gamma(2, 3, 4)
+        assert g[0] == 0 and g[1] == -(8 / 2) * (1 - 3 / 4)
+
+    def test_bad_arguments(self):
+        fw, api = self.fw, self.fw.api
+        x, _, _ = make_case(fw, B=1, T=3, HQ=2, H=2, K=4, V=4)
+        q, k, v = (fw.array(x[n]) for n in ("query", "key", "value"))
+        for layer_idx, num_layers in [(3, 3), (-1, 3), (0, 0)]:
+            with pytest.raises(ValueError, match="layer_idx|num_layers"):
+                api.lightning_attn(q, k, v, layer_idx, num_layers)
+        with pytest.raises(TypeError, match="layer_idx"):
+            api.lightning_attn(q, k, v, 1.0, 3)
+        with pytest.raises(ValueError, match="mode"):
+            api.lightning_attn(q, k, v, 0, 3, mode="fused")
+        assert np.isfinite(fw.numpy(api.lightning_attn(q, k, v, 0, 1)[0])).all()

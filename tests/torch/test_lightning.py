@@ -1,0 +1,6 @@
+from tests.frameworks import TorchFramework
+from tests.suites.lightning import LightningSuite
+
+
+class TestTorchLightning(LightningSuite):
+    fw = TorchFramework()

@@ -1,0 +1,42 @@
+"""``lightning_attn`` for PyTorch (semantics: core_triton.lightning_attn)."""
+
+from __future__ import annotations
+
+import torch
+
+from core_triton import lightning_attn as core
+from torch_api._launch import info
+from torch_api.chunk_linear_attn import chunk_linear_attn
+from torch_api.recurrent import recurrent
+
+
+def lightning_attn(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layer_idx: int,
+    num_layers: int,
+    softmax_scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    reverse: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    mode: str = "chunk",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear attention with the depth-dependent per-head decay.
+
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``,
+    initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
+    final_state ``[N, H, K, V]`` float32.
+    """
+    g_gamma, mode = core.decay(info(key), layer_idx, num_layers, mode)
+    op = chunk_linear_attn if mode == "chunk" else recurrent
+    return op(
+        query,
+        key,
+        value,
+        g_gamma=torch.from_numpy(g_gamma).to(key.device),
+        softmax_scale=softmax_scale,
+        initial_state=initial_state,
+        reverse=reverse,
+        cu_seqlens=cu_seqlens,
+    )
