@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The whole GPU check in one command (device machines have no network):
-# install the carried wheels (.whl: jax-triton, fla-core), run the test suite
-# on the GPU (JAX through jax-triton), then the benchmarks.
-# Usage: bash gpu_run.sh [OUTDIR]
+# The whole GPU check (device machines have no network): install the carried
+# wheels (.whl: jax-triton, fla-core, pytest-xdist, execnet), then
+#   PART=tests  the test suite on the GPU (JAX through jax-triton), 8 workers
+#               (Triton compiles on the CPU; tests that need tens of GB of GPU
+#               memory share one worker: --dist loadgroup), and the demo;
+#   PART=bench  the benchmarks (BENCH="linear_attention attention" picks some);
+#   PART=all    both (the default; more than one 10-minute device call).
+# Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
+part=${PART:-all}
 mkdir -p "$out"
 rm -rf .gpu-site && python3 -m pip install -q --no-index --no-deps --target .gpu-site .whl/*.whl
 export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -14,6 +19,11 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
 } 2>&1 | tee "$out/env.log"
-timeout "${TESTS_TIMEOUT:-330}" python3 -m pytest tests -q -p no:cacheprovider --maxfail=30 -W ignore::DeprecationWarning 2>&1 | tee "$out/tests.log"
-python3 demo.py 2>&1 | tee "$out/demo.log"
-TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-200}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
+if [ "$part" = tests ] || [ "$part" = all ]; then
+  timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
+    --dist loadgroup --maxfail=30 -W ignore::DeprecationWarning --durations=15 2>&1 | tee "$out/tests.log"
+  timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
+fi
+if [ "$part" = bench ] || [ "$part" = all ]; then
+  TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
+fi

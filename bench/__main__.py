@@ -14,9 +14,9 @@ def main(argv):
 
     if not torch.cuda.is_available():
         sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
-    from bench import cumsum, linear_attention
+    from bench import attention, cumsum, linear_attention
 
-    modules = {"cumsum": cumsum, "linear_attention": linear_attention}
+    modules = {"cumsum": cumsum, "linear_attention": linear_attention, "attention": attention}
     names = argv or list(modules)
     try:
         from tqdm import tqdm

@@ -3,8 +3,11 @@
 from jax_api.chunk_global_cumsum import chunk_global_cumsum
 from jax_api.chunk_linear_attn import chunk_linear_attn
 from jax_api.chunk_local_cumsum import chunk_local_cumsum
+from jax_api.flash_attention import flash_attention
 from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
+from jax_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
+from jax_api.ring_attention import ring_attention_mesh as ring_attention_mesh  # JAX only: not in __all__
 from jax_api.utils import (
     cdiv,
     identity_dtype_convert,
@@ -23,6 +26,7 @@ __all__ = [
     "chunk_global_cumsum",
     "chunk_linear_attn",
     "chunk_local_cumsum",
+    "flash_attention",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",
@@ -34,4 +38,7 @@ __all__ = [
     "prepare_sequence_ids",
     "prepare_token_indices",
     "recurrent",
+    "ring_attention",
+    "zigzag_reorder",
+    "zigzag_restore",
 ]

@@ -3,8 +3,10 @@
 from torch_api.chunk_global_cumsum import chunk_global_cumsum
 from torch_api.chunk_linear_attn import chunk_linear_attn
 from torch_api.chunk_local_cumsum import chunk_local_cumsum
+from torch_api.flash_attention import flash_attention
 from torch_api.lightning_attn import lightning_attn
 from torch_api.recurrent import recurrent
+from torch_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
 from torch_api.utils import (
     cdiv,
     identity_dtype_convert,
@@ -23,6 +25,7 @@ __all__ = [
     "chunk_global_cumsum",
     "chunk_linear_attn",
     "chunk_local_cumsum",
+    "flash_attention",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",
@@ -34,4 +37,7 @@ __all__ = [
     "prepare_sequence_ids",
     "prepare_token_indices",
     "recurrent",
+    "ring_attention",
+    "zigzag_reorder",
+    "zigzag_restore",
 ]

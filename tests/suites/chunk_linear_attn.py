@@ -150,6 +150,9 @@ class ChunkLinearAttnSuite:
                 api.chunk_linear_attn(**one, cu_seqlens=fw.array(values, "int32"))
 
 
+# Tests that take tens of GB of GPU memory run one after another in one
+# worker under pytest-xdist's --dist loadgroup (gpu_run.sh).
+@pytest.mark.xdist_group("gpu_memory")
 class ChunkLinearAttnGpuSuite:
     """Sizes only a GPU runs: 64-bit offsets (T = 65536, tensors past 2**31
     elements) and the default chunk size at realistic head dims."""

@@ -1,0 +1,118 @@
+"""Ring attention on several GPUs against one GPU: causal, zig-zag layout,
+bf16, T_local tokens per GPU (default 32k), forward+backward.
+
+    torchrun --nproc-per-node 2 -m bench.ring          # or: python -m bench.ring (spawns one
+                                                      # process per visible GPU)
+
+Ideal: a ring of n GPUs runs n times the tokens of one GPU in the time one
+GPU runs its share, i.e. ``time_1gpu(T_local * n) / n`` per step; we report
+the throughput against ``n`` times the one-GPU throughput at the same total
+length (the work per GPU of a balanced causal ring).  Writes
+bench-results/ring.json on rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+B, H, D = 1, 16, 128
+
+
+def _bench(rank, n, t_local, iters=5):
+    import torch
+    import torch.distributed as dist
+
+    import torch_api
+    from bench.common import save
+
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=n, device_id=torch.device("cuda", rank))
+    T = t_local * n
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, do = (
+        torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4)
+    )
+
+    def timed(fn):
+        for _ in range(2):
+            fn()
+        torch.cuda.synchronize()
+        dist.barrier()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / iters / 1e3
+
+    local = [
+        torch_api.zigzag_reorder(x, n).narrow(1, rank * t_local, t_local).contiguous() for x in (q, k, v, do)
+    ]
+    leaves = [x.requires_grad_(True) for x in local[:3]]
+
+    def ring_step():
+        out = torch_api.ring_attention(*leaves, causal=True, zigzag=True)
+        torch.autograd.grad(out, leaves, local[3])
+
+    t_ring = timed(ring_step)
+    flops = 4 * B * H * T * T * D * 0.5 * 3.5
+    result = {"n_gpus": n, "T_local": t_local, "T_total": T, "ring_ms": t_ring * 1e3}
+    if rank == 0:
+        full = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+
+        def single():
+            out = torch_api.flash_attention(*full, causal=True)
+            torch.autograd.grad(out, full, do)
+
+        t_one = timed_local(single, iters)
+        result.update(
+            one_gpu_ms_same_total=t_one * 1e3,
+            ring_TFLOPs_total=flops / t_ring / 1e12,
+            one_gpu_TFLOPs=flops / t_one / 1e12,
+            fraction_of_ideal=(t_one / n) / t_ring,
+        )
+        print(result)
+        save("ring", [result], {"device": torch.cuda.get_device_name(), "B": B, "H": H, "D": D})
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def timed_local(fn, iters):
+    import torch
+
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters / 1e3
+
+
+def _spawned(rank, n, t_local, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    _bench(rank, n, t_local)
+
+
+def main(argv):
+    import torch
+
+    t_local = int(argv[0]) if argv else 32768
+    if "RANK" in os.environ:  # torchrun
+        _bench(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), t_local)
+        return
+    n = torch.cuda.device_count()
+    if n < 1:
+        sys.exit("bench.ring needs CUDA GPUs")
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_spawned, args=(n, t_local, 29533), nprocs=n, join=True, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,135 @@
+"""Planning for ``ring_attention`` (the framework-free part of the ring).
+
+Each of ``n`` devices holds one shard of ``T_local`` tokens of the query and
+key/value sequences.  Key/value shards (with their segment ids and explicit
+positions) travel around the ring; at step ``s`` device ``r`` holds the
+shard of ``src = (r - s) mod n`` and runs the flash-attention kernels on
+(its queries, that shard) with the *global* positions of both, given as
+piece offsets (see core_triton._attention_common):
+
+* contiguous layout: one piece, offset ``rank * T_local``;
+* zig-zag layout (causal load balance): device ``r`` holds chunks ``r`` and
+  ``2n-1-r`` of ``2n`` chunks of ``c = T_local / 2`` tokens: two pieces with
+  offsets ``r*c`` and ``(2n-1-r)*c - c``.
+
+The same offsets give the bias's columns (its last axis spans every key, in
+global order).  Blocks the mask removes are skipped by the kernels' loop
+bounds, so a fully masked (query shard, key shard) pair costs one launch of
+empty programs.  Partial outputs are float32 and merged by log-sum-exp in
+the bindings; sinks join once, after the merge.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from core_triton import flash_attention as fa
+from core_triton.launch import TensorInfo
+
+
+def offsets(rank, n: int, t_local: int, zigzag: bool) -> list:
+    """Piece offsets of the shard of ``rank`` (an int or a traced/array
+    scalar: only + and * are used)."""
+    if not zigzag:
+        return [rank * t_local]
+    c = t_local // 2
+    return [rank * c, (2 * n - 1 - rank) * c - c]
+
+
+@functools.lru_cache(maxsize=256)
+def plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    n: int,
+    zigzag: bool,
+    q_segment_ids: TensorInfo | None = None,
+    kv_segment_ids: TensorInfo | None = None,
+    softmax_aux: TensorInfo | None = None,
+    bias: TensorInfo | None = None,
+    sliding_window=None,
+    causal=False,
+    logits_soft_cap=None,
+    softmax_scale=None,
+    q_positions: TensorInfo | None = None,
+    kv_positions: TensorInfo | None = None,
+    return_lse=False,
+) -> tuple[fa.AttentionPlans, bool]:
+    """Check the arguments (local shards; ``bias [B|1, HQ|1, T_local,
+    n*T_local]``) and plan one ring step.  The plans' forward takes no
+    sinks (the bindings add them once after the merge) and gives float32
+    partial outputs; the backward gives float32 gradients."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"the ring size must be a positive int, got {n!r}")
+    t_local = query.shape[1] if query.ndim == 4 else 0
+    opts, return_lse = fa.validate(
+        query,
+        key,
+        value,
+        q_segment_ids,
+        kv_segment_ids,
+        softmax_aux,
+        bias,
+        sliding_window,
+        causal,
+        logits_soft_cap,
+        softmax_scale,
+        q_positions,
+        kv_positions,
+        return_lse,
+        kv_len=n * key.shape[1],
+    )
+    if key.shape[1] != t_local:
+        raise ValueError(f"query and key shards must have one length, got {t_local} and {key.shape[1]}")
+    if zigzag and t_local % 2:
+        raise ValueError(f"zigzag needs an even shard length (two chunks per device), got {t_local}")
+    pieces = 2 if zigzag else 1
+    chunk = t_local // pieces
+    opts = fa.Options(
+        causal=opts.causal,
+        window=opts.window,
+        cap=opts.cap,
+        scale=opts.scale,
+        positions=opts.positions,
+        q_pieces=pieces,
+        k_pieces=pieces,
+        q_chunk=chunk,
+        k_chunk=chunk,
+    )
+    if opts.positions == "explicit":
+        q_positions = q_positions or TensorInfo((t_local,), "int32", (1,))
+        kv_positions = kv_positions or TensorInfo((t_local,), "int32", (1,))
+    # One segment-id array given: it is the keys' too, and travels with them.
+    if q_segment_ids is None and kv_segment_ids is not None:
+        q_segment_ids = kv_segment_ids
+    if kv_segment_ids is None and q_segment_ids is not None:
+        kv_segment_ids = q_segment_ids
+    step = fa.attention_plans(
+        query,
+        key,
+        value,
+        opts,
+        q_segment_ids,
+        kv_segment_ids,
+        None,
+        bias,
+        q_positions,
+        kv_positions,
+        bias_cols=n * t_local,
+        out_dtype="float32",
+        grad_dtype="float32",
+    )
+    return step, return_lse
+
+
+def zigzag_order(n: int, length: int) -> list[int]:
+    """Token indices of the zig-zag layout: ``global[order]`` is the
+    concatenation of the shards of devices 0..n-1."""
+    if length % (2 * n):
+        raise ValueError(f"zigzag needs seq_len divisible by 2 * ring size = {2 * n}, got {length}")
+    c = length // (2 * n)
+    order = []
+    for r in range(n):
+        for chunk in (r, 2 * n - 1 - r):
+            order.extend(range(chunk * c, (chunk + 1) * c))
+    return order

@@ -1,0 +1,255 @@
+"""``ring_attention`` for JAX: flash attention over a sequence sharded along
+a ``shard_map`` axis (algorithm: core_triton.ring_attention).
+
+Forward: ``n`` steps; at each, the next key/value shard is already on its
+way (``lax.ppermute``, independent of the step's kernel, so XLA overlaps
+them) while the kernel runs on the current one; partial results merge in
+float32 by log-sum-exp.  One ``custom_vjp`` covers the whole ring: the
+backward makes the same trip with the key/value shards and their float32
+dK/dV accumulators, which arrive back at their owner after ``n`` hops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from core_triton import ring_attention as core
+from jax_api._launch import info, launch
+from jax_api.flash_attention import sink_grad
+
+
+def _merge(out, lse, out_b, lse_b):
+    """Log-sum-exp merge in float32 (NOTES.md's stable form):
+    out - sigmoid(lse_b - lse) * (out - out_b); an empty side adds nothing."""
+    new = jnp.logaddexp(lse, lse_b)
+    w = jnp.where(lse_b == -jnp.inf, 0.0, jnp.exp(lse_b - jnp.where(new == -jnp.inf, 0.0, new)))
+    w = jnp.transpose(w, (0, 2, 1))[..., None]  # [B, T, HQ, 1]
+    return out - w * (out - out_b), new
+
+
+def _add_sinks(out, lse, sink):
+    """Let the sinks join the normaliser once: rescale by exp(lse - lse')."""
+    s2 = sink.astype(jnp.float32).reshape(sink.shape[0], -1)
+    lse_new = jnp.logaddexp(lse, jax.nn.logsumexp(s2, axis=-1)[None, :, None])
+    scale = jnp.exp(lse - lse_new)  # 0 where lse = -inf
+    return out * jnp.transpose(scale, (0, 2, 1))[..., None], lse_new
+
+
+def ring_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    q_segment_ids: jax.Array | None = None,
+    kv_segment_ids: jax.Array | None = None,
+    softmax_aux: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    causal: bool = False,
+    logits_soft_cap: float | None = None,
+    softmax_scale: float | None = None,
+    q_positions: jax.Array | None = None,
+    kv_positions: jax.Array | None = None,
+    return_lse: bool = False,
+    zigzag: bool = False,
+    axis_name=None,
+    group=None,
+):
+    """``flash_attention`` over the whole sequence, called inside
+    ``shard_map`` (use ``check_vma=False``) with the local shards:
+    ``query [B, T_local, HQ, D]``, ``key/value [B, T_local, H, D(v)]``, ids
+    and positions ``[B, T_local]``, ``bias [B|1, HQ|1, T_local, n*T_local]``
+    (local queries against every key, global key order).  ``zigzag``: the
+    shards are in the zig-zag layout (see ``zigzag_reorder``).
+    ``axis_name``: the ring's mesh axis (required); ``group`` is the
+    PyTorch binding's and must be None here.  Explicit positions are global."""
+    if axis_name is None:
+        raise ValueError("axis_name must name the shard_map axis of the ring")
+    if group is not None:
+        raise ValueError("group is for the PyTorch binding; JAX takes axis_name")
+    n = lax.psum(1, axis_name)
+    if not isinstance(n, int):
+        n = int(n)
+    plans, return_lse = core.plans(
+        info(query),
+        info(key),
+        info(value),
+        n,
+        bool(zigzag),
+        info(q_segment_ids),
+        info(kv_segment_ids),
+        info(softmax_aux),
+        info(bias),
+        sliding_window,
+        causal,
+        logits_soft_cap,
+        softmax_scale,
+        info(q_positions),
+        info(kv_positions),
+        return_lse,
+    )
+    t_local = query.shape[1]
+    # Local index inputs; "moving" ones travel with the key/value shard.
+    fixed, moving = {}, {}
+    qs = q_segment_ids if q_segment_ids is not None else kv_segment_ids
+    ks = kv_segment_ids if kv_segment_ids is not None else q_segment_ids
+    if qs is not None:
+        fixed["q_segment_ids"], moving["kv_segment_ids"] = jnp.asarray(qs), jnp.asarray(ks)
+    if q_positions is not None or kv_positions is not None:
+        rank = lax.axis_index(axis_name)
+        local = jnp.asarray(
+            core.zigzag_order(n, n * t_local) if zigzag else np.arange(n * t_local), jnp.int32
+        )
+        mine = lax.dynamic_slice_in_dim(local, rank * t_local, t_local)
+        fixed["q_positions"] = jnp.asarray(q_positions) if q_positions is not None else mine
+        moving["kv_positions"] = jnp.asarray(kv_positions) if kv_positions is not None else mine
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    shift = lambda tree: jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)  # noqa: E731
+
+    def offsets(rank):
+        return jnp.stack([jnp.asarray(o, jnp.int32) for o in core.offsets(rank, n, t_local, zigzag)])
+
+    def step_inputs(q, kv, rank, src, b):
+        inputs = {"q": q, "k": kv["k"], "v": kv["v"], "qoff": offsets(rank), "koff": offsets(src)}
+        inputs.update(fixed)
+        inputs.update({k: v for k, v in kv.items() if k not in ("k", "v")})
+        if b is not None:
+            inputs["bias"] = b
+        return inputs
+
+    def forward(q, k, v, sink, b, idx):
+        fixed.update(idx[0])
+        rank = lax.axis_index(axis_name)
+        kv = {"k": k, "v": v, **idx[1]}
+        B, _, HQ, _ = q.shape
+        out = jnp.zeros((B, t_local, HQ, v.shape[3]), jnp.float32)
+        lse = jnp.full((B, HQ, t_local), -jnp.inf, jnp.float32)
+        for s in range(n):
+            nxt = shift(kv) if s + 1 < n else None  # in flight during this step's kernel
+            src = (rank - s) % n
+            out_b, lse_b = launch(plans.forward, step_inputs(q, kv, rank, src, b))
+            out, lse = _merge(out, lse, out_b, lse_b)
+            kv = nxt
+        if sink is not None:
+            out, lse = _add_sinks(out, lse, sink)
+        return out, lse
+
+    @jax.custom_vjp
+    def op(q, k, v, sink, b, idx):
+        out, lse = forward(q, k, v, sink, b, idx)
+        return out.astype(q.dtype), lse
+
+    def op_fwd(q, k, v, sink, b, idx):
+        out, lse = forward(q, k, v, sink, b, idx)
+        return (out.astype(q.dtype), lse), (q, k, v, sink, b, idx, out, lse)
+
+    def op_bwd(res, cts):
+        q, k, v, sink, b, idx, out, lse = res
+        fixed.update(idx[0])
+        dout, dlse = cts
+        dout = dout.astype(q.dtype)
+        rank = lax.axis_index(axis_name)
+        (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
+        delta = delta - dlse.astype(jnp.float32)
+        dkdv_plan, dq_plan = plans.grads(info(dout))
+        kv = {"k": k, "v": v, **idx[1]}
+        acc = {"dk": jnp.zeros(k.shape, jnp.float32), "dv": jnp.zeros(v.shape, jnp.float32)}
+        dq = jnp.zeros(q.shape, jnp.float32)
+        dbias = None
+        for s in range(n):
+            nxt = shift(kv) if s + 1 < n else None
+            src = (rank - s) % n
+            inputs = step_inputs(q, kv, rank, src, b)
+            inputs.update({"do": dout, "lse": lse, "delta": delta})
+            dk_s, dv_s, db_s = launch(dkdv_plan, inputs)
+            (dq_s,) = launch(dq_plan, inputs)
+            dq = dq + dq_s
+            # The accumulators of src's shard leave with it for src + 1 ...;
+            # after n hops they are back with their owner.
+            acc = shift({"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s})
+            if b is not None:
+                dbias = db_s if dbias is None else dbias + db_s
+            kv = nxt
+        dsink = sink_grad(sink, lse, delta) if sink is not None else None
+        db = None
+        if b is not None:
+            axes = tuple(i for i in (0, 1) if b.shape[i] == 1)
+            db = (jnp.sum(dbias, axis=axes, keepdims=True) if axes else dbias).astype(b.dtype)
+        zeros = jax.tree.map(lambda a: np.zeros(np.shape(a), jax.dtypes.float0), idx)
+        return dq.astype(q.dtype), acc["dk"].astype(k.dtype), acc["dv"].astype(v.dtype), dsink, db, zeros
+
+    op.defvjp(op_fwd, op_bwd)
+    idx = (dict(fixed), dict(moving))
+    out, lse = op(query, key, value, softmax_aux, bias, idx)
+    return (out, lse) if return_lse else out
+
+
+def zigzag_reorder(x, ring_size: int, axis: int = 1):
+    """Global sequence -> zig-zag layout along ``axis``: shard ``r`` of the
+    result (equal split in ``ring_size``) holds chunks ``r`` and
+    ``2n-1-r`` of ``2n``."""
+    order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
+    return jnp.take(x, order, axis=axis)
+
+
+def zigzag_restore(x, ring_size: int, axis: int = 1):
+    """Inverse of ``zigzag_reorder``."""
+    order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
+    return jnp.take(x, np.argsort(order), axis=axis)
+
+
+def ring_attention_mesh(
+    mesh,
+    axis_name: str,
+    query,
+    key,
+    value,
+    q_segment_ids=None,
+    kv_segment_ids=None,
+    softmax_aux=None,
+    bias=None,
+    zigzag: bool = False,
+    **options,
+):
+    """The ring on global arrays: shards them along ``seq_len`` over
+    ``mesh``'s ``axis_name`` (reordering into the zig-zag layout first if
+    asked, and back after), runs ``ring_attention`` under ``shard_map`` and
+    returns global results.  ``bias [B|1, HQ|1, T, T]`` is split along its
+    query axis.  ``options``: the rest of ``flash_attention``'s options
+    (positions are not taken here; they follow from the layout)."""
+    from jax.sharding import PartitionSpec as P
+
+    n = mesh.shape[axis_name]
+    ret = options.get("return_lse", False)
+
+    def reorder(a, axis=1):
+        return None if a is None or not zigzag else zigzag_reorder(a, n, axis)
+
+    q, k, v = (reorder(a) if zigzag else a for a in (query, key, value))
+    qs, ks = (reorder(a) if zigzag else a for a in (q_segment_ids, kv_segment_ids))
+    b = reorder(bias, 2) if zigzag else bias
+    seq = P(None, axis_name)
+    specs = (
+        seq,
+        seq,
+        seq,
+        None if qs is None else seq,
+        None if ks is None else seq,
+        None if softmax_aux is None else P(),
+    )
+    specs = (*specs, None if b is None else P(None, None, axis_name))
+
+    def body(q, k, v, qs, ks, sink, b):
+        return ring_attention(q, k, v, qs, ks, sink, b, zigzag=zigzag, axis_name=axis_name, **options)
+
+    out_specs = (seq, P(None, None, axis_name)) if ret else seq
+    result = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=out_specs, check_vma=False)(
+        q, k, v, qs, ks, softmax_aux, b
+    )
+    if not zigzag:
+        return result
+    if ret:
+        return zigzag_restore(result[0], n), zigzag_restore(result[1], n, 2)
+    return zigzag_restore(result, n)

@@ -1,0 +1,111 @@
+"""ring_attention over gloo processes on the CPU equals flash_attention on
+the gathered sequence, forward and gradients, for ring sizes 1, 2, 4, 8,
+contiguous and zig-zag layouts."""
+
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.reference import rms_ratio
+
+# (zigzag, options, extras) - extras: sink / bias / seg / pos
+CASES = [
+    (False, {"causal": True}, ()),
+    (True, {"causal": True}, ()),
+    (True, {"causal": True, "sliding_window": (9, 0), "logits_soft_cap": 2.0}, ("sink", "bias", "seg")),
+    (False, {"sliding_window": 5}, ("pos",)),
+]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, n, port, cases, errors):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=n)
+    import torch_api
+    from torch_api.ring_attention import zigzag_reorder, zigzag_restore
+
+    try:
+        for ci, (zigzag, opts, extras) in enumerate(cases):
+            g = torch.Generator().manual_seed(ci)
+            B, HQ, H, D, t = 1, 2, 1, 16, 8
+            T = n * t
+            x = {n_: torch.randn(*s, generator=g) for n_, s in
+                 (("query", (B, T, HQ, D)), ("key", (B, T, H, D)), ("value", (B, T, H, D)))}  # fmt: skip
+            do = torch.randn(B, T, HQ, D, generator=g)
+            if "sink" in extras:
+                x["softmax_aux"] = torch.randn(HQ, 2, generator=g)
+            if "bias" in extras:
+                x["bias"] = torch.randn(1, HQ, T, T, generator=g)
+            idx = {}
+            if "seg" in extras:
+                idx["q_segment_ids"] = torch.sort(torch.randint(0, 3, (B, T), generator=g))[0].int()
+            if "pos" in extras:
+                idx["q_positions"] = (torch.arange(T) * 2).int()[None]
+                idx["kv_positions"] = (torch.arange(T) * 2 + 1).int()[None]
+            leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+            ref = torch_api.flash_attention(**leaves, **idx, **opts)
+            ref.backward(do)
+
+            def local(a, axis=1, zigzag=zigzag, t=t):
+                a = zigzag_reorder(a, n, axis) if zigzag else a
+                return a.narrow(axis, rank * t, t).contiguous()
+
+            mine = {k: local(v, 2 if k == "bias" else 1).requires_grad_(True) if k != "softmax_aux" else
+                    v.clone().requires_grad_(True) for k, v in x.items()}  # fmt: skip
+            out = torch_api.ring_attention(
+                **mine, **{k: local(v) for k, v in idx.items()}, **opts, zigzag=zigzag
+            )
+            out.backward(local(do))
+            checks = [("out", out, local(ref))]
+            for k in ("query", "key", "value"):
+                checks.append((k, mine[k].grad, local(leaves[k].grad)))
+            if "bias" in mine:
+                checks.append(("bias", mine["bias"].grad, local(leaves["bias"].grad, 2)))
+            if "softmax_aux" in mine:
+                total = mine["softmax_aux"].grad.clone()
+                torch.distributed.all_reduce(total)
+                checks.append(("softmax_aux", total, leaves["softmax_aux"].grad))
+            for what, a, b in checks:
+                err = rms_ratio(a.detach().numpy(), b.detach().numpy())
+                if not err <= 1e-5:
+                    errors.put(f"n={n} case={ci} rank={rank} {what}: {err:.2e}")
+            assert zigzag_restore(zigzag_reorder(do, n), n).equal(do)
+    except Exception as e:  # report, so the parent fails with the cause
+        errors.put(f"n={n} rank={rank}: {type(e).__name__}: {e}")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_ring_equals_single_device(n):
+    ctx = mp.get_context("spawn")
+    errors = ctx.Queue()
+    cases = CASES if n <= 4 else CASES[:2]
+    mp.start_processes(
+        _worker, args=(n, _free_port(), cases, errors), nprocs=n, join=True, start_method="spawn"
+    )
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, "\n".join(found)
+
+
+def test_errors_name_the_argument():
+    import torch_api
+
+    q = torch.zeros(1, 4, 2, 16)
+    with pytest.raises(ValueError, match="axis_name"):
+        torch_api.ring_attention(q, q, q, axis_name="sp")
+    if not torch.distributed.is_initialized():
+        with pytest.raises(ValueError, match="process group"):
+            torch_api.ring_attention(q, q, q)
+    _ = np

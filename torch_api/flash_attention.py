@@ -1,0 +1,140 @@
+"""``flash_attention`` for PyTorch (semantics: core_triton.flash_attention).
+
+One ``torch.autograd.Function`` over the forward launch; the backward runs
+the preprocess, dK/dV and dQ launches.  Non-contiguous query/key/value/bias
+are read through their strides.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core_triton import flash_attention as core
+from torch_api._launch import info, launch
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sink, bias, index, plans, bias_axes):
+        inputs = {"q": q, "k": k, "v": v, **index}
+        if sink is not None:
+            inputs["softmax_aux"] = sink
+        if bias is not None:
+            inputs["bias"] = bias
+        out, lse = launch(plans.forward, inputs)
+        ctx.save_for_backward(q, k, v, sink, bias, out, lse)
+        ctx.index = index
+        ctx.plans = plans
+        ctx.bias_axes = bias_axes
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        q, k, v, sink, bias, out, lse = ctx.saved_tensors
+        plans = ctx.plans
+        if dout is None:
+            dout = torch.zeros_like(out)
+        dout = dout.to(out.dtype)
+        (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
+        if dlse is not None:
+            delta = delta - dlse.float()
+        dkdv_plan, dq_plan = plans.grads(info(dout))
+        inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **ctx.index}
+        if bias is not None:
+            inputs["bias"] = bias
+        dk, dv, dbias = launch(dkdv_plan, inputs)
+        (dq,) = launch(dq_plan, inputs)
+        dsink = sink_grad(sink, lse, delta) if sink is not None else None
+        db = None
+        if bias is not None:
+            db = dbias.sum(dim=ctx.bias_axes, keepdim=True) if ctx.bias_axes else dbias
+            db = db.to(bias.dtype)
+        return dq, dk, dv, dsink, db, None, None, None
+
+
+def sink_grad(sink, lse, delta):
+    """``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) delta[b, h, i]``."""
+    s2 = sink.float().reshape(sink.shape[0], -1)
+    p = torch.exp(s2[None, :, :, None] - lse[:, :, None, :])
+    return (-(p * delta[:, :, None, :]).sum(dim=(0, 3))).reshape(sink.shape).to(sink.dtype)
+
+
+def attention_call(plans, query, key, value, softmax_aux, bias, index, bias_axes=()):
+    """Run ``plans`` as a differentiable op; returns ``(out, lse)``."""
+    return _Attention.apply(query, key, value, softmax_aux, bias, index, plans, tuple(bias_axes))
+
+
+def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
+    """The index inputs of ``plans`` (see jax_api.flash_attention.index_inputs)."""
+    idx = {
+        "qoff": torch.tensor(plans.qoff, dtype=torch.int32, device=device),
+        "koff": torch.tensor(plans.koff, dtype=torch.int32, device=device),
+    }
+    for name, value in (
+        ("q_segment_ids", q_segment_ids),
+        ("kv_segment_ids", kv_segment_ids),
+        ("q_positions", q_positions),
+        ("kv_positions", kv_positions),
+    ):
+        if value is not None:
+            idx[name] = value.detach().contiguous()
+    for name, n in core.missing_positions(*lengths, q_positions, kv_positions).items():
+        idx[name] = torch.arange(n, dtype=torch.int32, device=device)
+    return idx
+
+
+def _contiguous(t):
+    return None if t is None else t.contiguous()
+
+
+def flash_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    q_segment_ids: torch.Tensor | None = None,
+    kv_segment_ids: torch.Tensor | None = None,
+    softmax_aux: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    causal: bool = False,
+    logits_soft_cap: float | None = None,
+    softmax_scale: float | None = None,
+    q_positions: torch.Tensor | None = None,
+    kv_positions: torch.Tensor | None = None,
+    return_lse: bool = False,
+):
+    """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``,
+    value ``[B, Tk, H, Dv]`` -> output ``[B, Tq, HQ, Dv]`` (and ``lse [B, HQ,
+    Tq]`` float32 with ``return_lse``).  See the spec for every option."""
+    # Index arrays and sinks are small: the kernels read them with unit stride.
+    q_segment_ids, kv_segment_ids = _contiguous(q_segment_ids), _contiguous(kv_segment_ids)
+    q_positions, kv_positions = _contiguous(q_positions), _contiguous(kv_positions)
+    softmax_aux = _contiguous(softmax_aux)
+    plans, return_lse = core.plans(
+        info(query),
+        info(key),
+        info(value),
+        info(q_segment_ids),
+        info(kv_segment_ids),
+        info(softmax_aux),
+        info(bias),
+        sliding_window,
+        causal,
+        logits_soft_cap,
+        softmax_scale,
+        info(q_positions),
+        info(kv_positions),
+        return_lse,
+    )
+    idx = index_inputs(
+        plans,
+        q_segment_ids,
+        kv_segment_ids,
+        q_positions,
+        kv_positions,
+        (query.shape[1], key.shape[1]),
+        query.device,
+    )
+    axes = core.bias_reduce_axes(info(bias)) if bias is not None else ()
+    out, lse = attention_call(plans, query, key, value, softmax_aux, bias, idx, axes)
+    return (out, lse) if return_lse else out
