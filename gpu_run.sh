@@ -21,8 +21,8 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
 } 2>&1 | tee "$out/env.log"
 if [ "$part" = tests ] || [ "$part" = all ]; then
   timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
-    --dist loadgroup --maxfail=30 -W ignore::DeprecationWarning --durations=15 2>&1 | tee "$out/tests.log"
-  timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
+    --dist loadgroup --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
+  [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
