@@ -20,7 +20,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
 } 2>&1 | tee "$out/env.log"
 if [ "$part" = tests ] || [ "$part" = all ]; then
-  timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
+  # JAX's pooling allocator keeps what a big test freed; the next big test
+  # in the same worker (torch) would then run out of memory.
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
     --dist loadgroup --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
   [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi

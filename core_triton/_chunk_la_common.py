@@ -52,6 +52,30 @@ def dot(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def state_dot(a, s, IEEE: tl.constexpr, STATE_F32: tl.constexpr):
+    """``a @ s`` for a chunk-state tile ``s``: float32 operands when the
+    states are float32 (tf32 products on the tensor cores, full float32
+    with ``IEEE``), else ``a``'s half dtype."""
+    if STATE_F32:
+        out = dot(a.to(tl.float32), s.to(tl.float32), IEEE)
+    else:
+        out = dot(a, s.to(a.dtype), IEEE)
+    return out
+
+
+@triton.jit
+def update_dot(a, b, IEEE: tl.constexpr, STATE_F32: tl.constexpr):
+    """``a @ b`` where ``a`` (float32: decay-weighted keys or queries) builds
+    a state update: kept float32 when states are, else rounded to ``b``'s
+    half dtype like the tensor cores want."""
+    if STATE_F32:
+        out = dot(a, b.to(tl.float32), IEEE)
+    else:
+        out = dot(a.to(b.dtype), b, IEEE)
+    return out
+
+
+@triton.jit
 def sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN: tl.constexpr):
     """(bos, eos, first slot) of sequence ``i_n``: rows ``[bos, eos)`` of the
     flattened time axis, clamped to it (traced ``cu_seqlens`` are not

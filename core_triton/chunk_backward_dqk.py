@@ -36,7 +36,7 @@ Inputs: ``q``, ``k``, ``v``, ``gc``, ``g_gamma``, ``h``, ``do``, ``dh``,
 import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay
+from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
 
 
 @triton.jit
@@ -73,6 +73,7 @@ def chunk_backward_dqk_kernel(
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
     BV: tl.constexpr,
 ):
     GROUP: tl.constexpr = HQ // H
@@ -119,12 +120,12 @@ def chunk_backward_dqk_kernel(
             # States as [BV, BK] tiles: h^T loaded, not transposed in registers.
             off_vk = o_k[None, :].to(tl.int64) * V + o_v[:, None]
             b_ht = tl.load(h + state_off + off_vk, mask=m_vk, other=0)
-            acc_q += dot(b_do, b_ht.to(b_do.dtype), IEEE)
+            acc_q += state_dot(b_do, b_ht, IEEE, STATE_F32)
             scores += dot(b_do, tl.trans(b_v), IEEE)
             scores_t += dot(b_v, tl.trans(b_do), IEEE)
             if j == 0:
                 b_dht = tl.load(dh + state_off + off_vk, mask=m_vk, other=0)
-                b_dk += dot(b_v, b_dht.to(b_v.dtype), IEEE)
+                b_dk += state_dot(b_v, b_dht, IEEE, STATE_F32)
                 if USE_G or USE_GAMMA:
                     if USE_DHT:
                         # <dht, final> of this sequence and head, partial over V tiles.

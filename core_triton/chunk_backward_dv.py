@@ -18,7 +18,7 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``gc``, ``g_gamma``,
 import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay
+from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
 
 
 @triton.jit
@@ -47,6 +47,7 @@ def chunk_backward_dv_kernel(
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -87,7 +88,7 @@ def chunk_backward_dv_kernel(
                     mask=m_k[:, None] & m_v[None, :],
                     other=0,
                 )
-                acc += dot(b_k, b_dh.to(b_k.dtype), IEEE)
+                acc += state_dot(b_k, b_dh, IEEE, STATE_F32)
         if j == 0:
             acc = acc * tl.where(m_t, tl.exp(b_tot - b), 0.0)[:, None]
         b_do = tl.load(do + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :], mask=m_tv, other=0)

@@ -16,7 +16,7 @@ Output: ``o [B*T, HQ, V]`` in the inputs' dtype.
 import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay
+from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
 
 
 @triton.jit
@@ -45,6 +45,7 @@ def chunk_output_kernel(
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -76,7 +77,7 @@ def chunk_output_kernel(
         b_h = tl.load(
             h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
         )
-        acc += dot(b_q, b_h.to(b_q.dtype), IEEE)
+        acc += state_dot(b_q, b_h, IEEE, STATE_F32)
         scores += dot(b_q, b_kt, IEEE)
 
     b, _ = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)

@@ -18,7 +18,7 @@ float32, the state after the last chunk.
 import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, dot, sequence_bounds
+from core_triton._chunk_la_common import chunk_gates, sequence_bounds, update_dot
 
 
 @triton.jit
@@ -44,6 +44,7 @@ def chunk_state_kernel(
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -90,7 +91,6 @@ def chunk_state_kernel(
         # Decay of each token's contribution to the end of the chunk; the
         # where() keeps rows past the chunk from overflowing exp.
         w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
-        b_kt = (b_kt * w[None, :]).to(b_v.dtype)
-        state = state * tl.exp(b_tot) + dot(b_kt, b_v, IEEE)
+        state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, IEEE, STATE_F32)
 
     tl.store(final + state_row + off_kv, state, mask=m_kv)

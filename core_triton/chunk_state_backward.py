@@ -18,7 +18,7 @@ Outputs: ``dh [slots, H, K, V]`` (dtype of ``h``), ``dh0 [N, H, K, V]``.
 import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, dot, sequence_bounds
+from core_triton._chunk_la_common import chunk_gates, sequence_bounds, update_dot
 
 
 @triton.jit
@@ -46,6 +46,7 @@ def chunk_state_backward_kernel(
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -99,7 +100,7 @@ def chunk_state_backward_kernel(
                 mask=m_t[:, None] & m_v[None, :],
                 other=0,
             )
-            upd += dot((b_qt * decay_q[None, :]).to(b_do.dtype), b_do, IEEE)
+            upd += update_dot(b_qt * decay_q[None, :], b_do, IEEE, STATE_F32)
         grad = grad * tl.exp(b_tot) + upd * scale
 
     tl.store(dh0 + state_row + off_kv, grad.to(dh0.dtype.element_ty), mask=m_kv)

@@ -28,7 +28,11 @@ def _free_port():
 
 
 def _worker(rank, n, port, cases, errors):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
+    # Loopback only: gloo otherwise binds the interface of the host name,
+    # which sandboxed machines (the GPU hosts here) may not resolve.
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1", GLOO_SOCKET_IFNAME="lo"
+    )
     torch.distributed.init_process_group("gloo", rank=rank, world_size=n)
     import torch_api
     from torch_api.ring_attention import zigzag_reorder, zigzag_restore
