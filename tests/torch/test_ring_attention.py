@@ -27,13 +27,17 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _worker(rank, n, port, cases, errors):
+def _worker(rank, n, port, cases, errors, backend="gloo"):
     # Loopback only: gloo otherwise binds the interface of the host name,
     # which sandboxed machines (the GPU hosts here) may not resolve.
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1", GLOO_SOCKET_IFNAME="lo"
-    )
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=n)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    if backend == "gloo":
+        os.environ["TRITON_INTERPRET"] = "1"  # CPU tensors: the kernels run interpreted
+        dev = torch.device("cpu")
+    else:  # NCCL: one GPU per rank, compiled kernels
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=n)
     import torch_api
     from torch_api.ring_attention import zigzag_reorder, zigzag_restore
 
@@ -55,6 +59,9 @@ def _worker(rank, n, port, cases, errors):
             if "pos" in extras:
                 idx["q_positions"] = (torch.arange(T) * 2).int()[None]
                 idx["kv_positions"] = (torch.arange(T) * 2 + 1).int()[None]
+            x = {k: v.to(dev) for k, v in x.items()}
+            idx = {k: v.to(dev) for k, v in idx.items()}
+            do = do.to(dev)
             leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
             ref = torch_api.flash_attention(**leaves, **idx, **opts)
             ref.backward(do)
@@ -79,7 +86,7 @@ def _worker(rank, n, port, cases, errors):
                 torch.distributed.all_reduce(total)
                 checks.append(("softmax_aux", total, leaves["softmax_aux"].grad))
             for what, a, b in checks:
-                err = rms_ratio(a.detach().numpy(), b.detach().numpy())
+                err = rms_ratio(a.detach().cpu().numpy(), b.detach().cpu().numpy())
                 if not err <= 1e-5:
                     errors.put(f"n={n} case={ci} rank={rank} {what}: {err:.2e}")
             assert zigzag_restore(zigzag_reorder(do, n), n).equal(do)
@@ -89,18 +96,28 @@ def _worker(rank, n, port, cases, errors):
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("n", [1, 2, 4, 8])
-def test_ring_equals_single_device(n):
+def _run_ring(n, cases, backend):
     ctx = mp.get_context("spawn")
     errors = ctx.Queue()
-    cases = CASES if n <= 4 else CASES[:2]
     mp.start_processes(
-        _worker, args=(n, _free_port(), cases, errors), nprocs=n, join=True, start_method="spawn"
+        _worker, args=(n, _free_port(), cases, errors, backend), nprocs=n, join=True, start_method="spawn"
     )
     found = []
     while not errors.empty():
         found.append(errors.get())
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+def test_ring_equals_single_device(n):
+    _run_ring(n, CASES if n <= 4 else CASES[:2], "gloo")
+
+
+def test_ring_over_nccl():
+    """The same checks with NCCL, one GPU per rank (needs two GPUs)."""
+    if torch.cuda.device_count() < 2 or not torch.distributed.is_nccl_available():
+        pytest.skip("needs two CUDA GPUs and NCCL")
+    _run_ring(torch.cuda.device_count(), CASES, "nccl")
 
 
 def test_errors_name_the_argument():
