@@ -15,6 +15,10 @@ rm -rf .gpu-site && python3 -m pip install -q --no-index --no-deps --target .gpu
 export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 # The device machine has no writable default cache dir for Triton.
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
+# Compiling is most of a GPU run's time: a cache saved by an earlier run
+# (SAVE_CACHE=1 writes $out/triton-cache.tar.gz; carry it back as
+# .triton-cache.tar.gz) is unpacked first.
+if [ -f .triton-cache.tar.gz ]; then mkdir -p "$TRITON_CACHE_DIR" && tar -xzf .triton-cache.tar.gz -C "$TRITON_CACHE_DIR"; fi
 {
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
@@ -28,4 +32,7 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
+fi
+if [ -n "${SAVE_CACHE:-}" ]; then
+  tar -czf "$out/triton-cache.tar.gz" -C "$TRITON_CACHE_DIR" . && ls -l "$out/triton-cache.tar.gz"
 fi
