@@ -397,26 +397,21 @@ def flash_bwd_dkdv_kernel(
                 t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, qoff, BM)
             else:
                 t0, t1, t2, t3 = a, end, end, end
-            dk, dv = _dkdv_blocks(
-                dk, dv, k, v, kpos, kseg, kvalid, kcols, t0, t1, end, qoff, Q_bh, DO_bh, LSE_bh, DELTA_bh,
-                QPOS_b, QSEG_b, BIAS_bh, DB_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
-                stride_bn, Tcols, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD, BDV,
-                BM, True, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
-            )  # fmt: skip
-            if POS_MODE == 0:
+            # Three runs of blocks: edge blocks with the mask, fully allowed ones
+            # without it, edge blocks again (explicit positions: one masked run).
+            for part in tl.static_range(3 if POS_MODE == 0 else 1):
+                if part == 0:
+                    lo, hi = t0, t1
+                elif part == 1:
+                    lo, hi = t1, t2
+                else:
+                    lo, hi = t2, t3
                 dk, dv = _dkdv_blocks(
-                    dk, dv, k, v, kpos, kseg, kvalid, kcols, t1, t2, end, qoff, Q_bh, DO_bh, LSE_bh,
-                    DELTA_bh, QPOS_b, QSEG_b, BIAS_bh, DB_bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                    stride_bm, stride_bn, Tcols, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax,
-                    D, DV, BD, BDV, BM, False, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE,
-                    ROW64, DOT_PREC,
-                )  # fmt: skip
-                dk, dv = _dkdv_blocks(
-                    dk, dv, k, v, kpos, kseg, kvalid, kcols, t2, t3, end, qoff, Q_bh, DO_bh, LSE_bh,
-                    DELTA_bh, QPOS_b, QSEG_b, BIAS_bh, DB_bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                    stride_bm, stride_bn, Tcols, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax,
-                    D, DV, BD, BDV, BM, True, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE,
-                    ROW64, DOT_PREC,
+                    dk, dv, k, v, kpos, kseg, kvalid, kcols, lo, hi, end, qoff, Q_bh, DO_bh, LSE_bh, DELTA_bh,
+                    QPOS_b, QSEG_b, BIAS_bh, DB_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
+                    stride_bn, Tcols, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD,
+                    BDV, BM, part != 1, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64,
+                    DOT_PREC,
                 )  # fmt: skip
 
     dk = dk * scale
@@ -719,24 +714,20 @@ def flash_bwd_dq_kernel(
             t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, koff, BN)
         else:
             t0, t1, t2, t3 = a, end, end, end
-        dq = _dq_blocks(
-            dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, t0, t1, end, koff, K_bh, V_bh, KPOS_b, KSEG_b,
-            BIAS_bh, stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn, scale, qk_scale, cap,
-            left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, True, TEST, CAUSAL, HAS_WINDOW,
-            HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
-        )  # fmt: skip
-        if POS_MODE == 0:
+        # Three runs of blocks: edge blocks with the mask, fully allowed ones
+        # without it, edge blocks again (explicit positions: one masked run).
+        for part in tl.static_range(3 if POS_MODE == 0 else 1):
+            if part == 0:
+                lo, hi = t0, t1
+            elif part == 1:
+                lo, hi = t1, t2
+            else:
+                lo, hi = t2, t3
             dq = _dq_blocks(
-                dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, t1, t2, end, koff, K_bh, V_bh, KPOS_b,
+                dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, lo, hi, end, koff, K_bh, V_bh, KPOS_b,
                 KSEG_b, BIAS_bh, stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn, scale,
-                qk_scale, cap, left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, False, TEST, CAUSAL,
-                HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
-            )  # fmt: skip
-            dq = _dq_blocks(
-                dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, t2, t3, end, koff, K_bh, V_bh, KPOS_b,
-                KSEG_b, BIAS_bh, stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn, scale,
-                qk_scale, cap, left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, True, TEST, CAUSAL,
-                HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
+                qk_scale, cap, left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, part != 1, TEST,
+                CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
             )  # fmt: skip
 
     dq = dq * scale
