@@ -179,3 +179,50 @@ def store_tile(ptrs, value, rmask, cmask, MASK_ROWS: tl.constexpr, MASK_COLS: tl
         tl.store(ptrs, value, mask=cmask[None, :])
     else:
         tl.store(ptrs, value)
+
+
+@triton.jit
+def query_block_positions(
+    QPOS, QSEG, QOFF, offs_m, qvalid, first, last, q_chunk, b64, stride_pqb, stride_sqb,
+    NQP: tl.constexpr, POS_MODE: tl.constexpr, HAS_SEG: tl.constexpr,
+):  # fmt: skip
+    """Positions and segment ids of a block of queries (rows ``first`` to
+    ``last``) with their ranges: ``(qpos, qmin, qmax, qseg, qsmin, qsmax)``.
+    Without segment ids the positions stand in (every test passes)."""
+    if POS_MODE == 0:
+        qpos = offset_positions(offs_m, QOFF, q_chunk, NQP)
+        qmin = offset_positions(first, QOFF, q_chunk, NQP)
+        qmax = offset_positions(last, QOFF, q_chunk, NQP)
+    else:
+        qpos = tl.load(QPOS + b64 * stride_pqb + offs_m, mask=qvalid, other=0).to(tl.int32)
+        qmin = tl.min(tl.where(qvalid, qpos, POS_INF), 0)
+        qmax = tl.max(tl.where(qvalid, qpos, -POS_INF), 0)
+    if HAS_SEG:
+        qseg = tl.load(QSEG + b64 * stride_sqb + offs_m, mask=qvalid, other=0).to(tl.int32)
+        qsmin = tl.min(tl.where(qvalid, qseg, POS_INF), 0)
+        qsmax = tl.max(tl.where(qvalid, qseg, -POS_INF), 0)
+    else:
+        qseg = qpos
+        qsmin = qmin
+        qsmax = qmax
+    return qpos, qmin, qmax, qseg, qsmin, qsmax
+
+
+@triton.jit
+def visible_key_range(qmin, qmax, left, right, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Key positions a query block ``[qmin, qmax]`` can see,
+    ``[lo_pos, hi_pos]``, and those every one of its rows sees,
+    ``[full_lo, full_hi]``."""
+    lo_pos = -POS_INF
+    hi_pos = POS_INF
+    full_lo = -POS_INF
+    full_hi = POS_INF
+    if CAUSAL:
+        hi_pos = qmax
+        full_hi = qmin
+    if HAS_WINDOW:
+        lo_pos = qmin - left
+        hi_pos = tl.minimum(hi_pos, qmax + right)
+        full_lo = qmax - left
+        full_hi = tl.minimum(full_hi, qmin + right)
+    return lo_pos, hi_pos, full_lo, full_hi

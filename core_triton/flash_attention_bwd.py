@@ -41,8 +41,10 @@ from core_triton._attention_common import (
     mma,
     offset_positions,
     piece_bounds,
+    query_block_positions,
     store_tile,
     tanh,
+    visible_key_range,
 )
 
 
@@ -644,22 +646,10 @@ def flash_bwd_dq_kernel(
     offs_dv = tl.arange(0, BDV)
     rows = offs_m.to(tl.int64) if ROW64 else offs_m
     last = tl.minimum(pid_m * BM + BM, Tq) - 1
-    if POS_MODE == 0:
-        qpos = offset_positions(offs_m, QOFF, q_chunk, NQP)
-        qmin = offset_positions(pid_m * BM, QOFF, q_chunk, NQP)
-        qmax = offset_positions(last, QOFF, q_chunk, NQP)
-    else:
-        qpos = tl.load(QPOS + b64 * stride_pqb + offs_m, mask=qvalid, other=0).to(tl.int32)
-        qmin = tl.min(tl.where(qvalid, qpos, POS_INF), 0)
-        qmax = tl.max(tl.where(qvalid, qpos, -POS_INF), 0)
-    if HAS_SEG:
-        qseg = tl.load(QSEG + b64 * stride_sqb + offs_m, mask=qvalid, other=0).to(tl.int32)
-        qsmin = tl.min(tl.where(qvalid, qseg, POS_INF), 0)
-        qsmax = tl.max(tl.where(qvalid, qseg, -POS_INF), 0)
-    else:
-        qseg = qpos
-        qsmin = qmin
-        qsmax = qmax
+    qpos, qmin, qmax, qseg, qsmin, qsmax = query_block_positions(
+        QPOS, QSEG, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk, b64, stride_pqb, stride_sqb,
+        NQP, POS_MODE, HAS_SEG,
+    )  # fmt: skip
     q = load_tile(
         Q
         + b64 * stride_qb
@@ -694,18 +684,7 @@ def flash_bwd_dq_kernel(
     dq = tl.zeros([BM, BD], dtype=tl.float32)
     qk_scale = scale * LOG2E
 
-    lo_pos = -POS_INF
-    hi_pos = POS_INF
-    full_lo = -POS_INF
-    full_hi = POS_INF
-    if CAUSAL:
-        hi_pos = qmax
-        full_hi = qmin
-    if HAS_WINDOW:
-        lo_pos = qmin - left
-        hi_pos = tl.minimum(hi_pos, qmax + right)
-        full_lo = qmax - left
-        full_hi = tl.minimum(full_hi, qmin + right)
+    lo_pos, hi_pos, full_lo, full_hi = visible_key_range(qmin, qmax, left, right, CAUSAL, HAS_WINDOW)
 
     for p in tl.static_range(NKP):
         a, end = piece_bounds(p, NKP, k_chunk, Tk)
