@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core_triton import checks
-from core_triton.launch import TensorInfo
+from core_triton.launch import LaunchPlan, TensorInfo
 
 MAX_HEAD_DIM = 256
+# The float inputs of the linear-attention ops, in argument order.
+OPERANDS = ("query", "key", "value", "g", "g_gamma", "gk", "gv", "initial_state")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,27 @@ class LinearAttnArgs:
     @property
     def G(self) -> int:
         return self.HQ // self.H
+
+
+@dataclass(frozen=True)
+class LinearAttnPlans:
+    """The launches of one linear-attention call, as both bindings run them.
+
+    ``forward`` reads the inputs named in ``inputs`` (those given), the
+    index inputs (``cu_seqlens`` and, for each ``(name, size)`` of
+    ``offsets``, ``prepare_chunk_offsets(cu_seqlens, size)`` under
+    ``name``) and writes ``o`` and ``final``.  ``backward`` reads the same,
+    the forward outputs named in ``residuals``, and the cotangents ``do``
+    (``o``'s dtype) and ``dht`` (float32); ``grads`` pairs each input with
+    the backward output that holds its gradient."""
+
+    args: LinearAttnArgs
+    forward: tuple[LaunchPlan, ...]
+    backward: tuple[LaunchPlan, ...]
+    inputs: tuple[str, ...]
+    offsets: tuple[tuple[str, int], ...]
+    residuals: tuple[str, ...]
+    grads: tuple[tuple[str, str], ...]
 
 
 def validate(

@@ -28,7 +28,7 @@ first token, are visited last to first, and their gates are suffix sums.
 Inputs by name: ``query``, ``key``, ``value``, ``g``, ``g_gamma``,
 ``initial_state`` (those given, contiguous), and for packed input
 ``cu_seqlens`` plus ``prepare_chunk_offsets(cu_seqlens, size)`` under each
-name of ``ChunkLinearAttnPlans.offsets``.  The backward also reads the
+name of ``LinearAttnPlans.offsets``.  The backward also reads the
 forward outputs named in ``residuals``, ``do`` (output's shape and dtype)
 and ``dht`` (``[N, H, K, V]`` float32).
 """
@@ -38,10 +38,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from core_triton import _cumsum_plan, _linear_attn_args, checks
-from core_triton._linear_attn_args import LinearAttnArgs
+from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans
 from core_triton.chunk_backward_dqk import chunk_backward_dqk_kernel
 from core_triton.chunk_backward_dv import chunk_backward_dv_kernel
 from core_triton.chunk_output import chunk_output_kernel
@@ -86,23 +85,6 @@ def _tiles(kernel: str, K: int, V: int, BT: int, interpreted: bool) -> dict:
     return t
 
 
-@dataclass(frozen=True)
-class ChunkLinearAttnPlans:
-    """Launch sequences of one call.
-
-    ``offsets``: (input name, chunk size) pairs of the chunk offsets the
-    binding prepares for packed input; ``residuals``: forward outputs the
-    backward reads; ``grads``: (input name, backward output name) pairs."""
-
-    args: LinearAttnArgs
-    chunk_size: int
-    forward: tuple[LaunchPlan, ...]
-    backward: tuple[LaunchPlan, ...]
-    offsets: tuple[tuple[str, int], ...]
-    residuals: tuple[str, ...]
-    grads: tuple[tuple[str, str], ...]
-
-
 def check_chunk_size(chunk_size) -> int:
     chunk = checks.check_power_of_two(chunk_size, "chunk_size")
     if not MIN_CHUNK <= chunk <= MAX_CHUNK:
@@ -124,7 +106,7 @@ def plans(
     cu_seqlens: TensorInfo | None = None,
     chunk_size=64,
     cu_seqlens_values=None,
-) -> ChunkLinearAttnPlans:
+) -> LinearAttnPlans:
     """Check the arguments (ValueError/TypeError naming the culprit) and
     plan the forward and backward launches.  ``cu_seqlens_values``: the
     host values of ``cu_seqlens`` where known (checked then)."""
@@ -166,7 +148,7 @@ def _info(shape, dtype) -> TensorInfo:
 
 
 @functools.lru_cache(maxsize=256)
-def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> ChunkLinearAttnPlans:
+def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> LinearAttnPlans:
     B, T, HQ, H, K, V, N = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N
     use_g, use_gamma, use_h0 = g_dtype is not None, gamma_dtype is not None, h0_dtype is not None
     gated = use_g or use_gamma
@@ -362,11 +344,14 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     if use_h0:
         grads.append(("initial_state", "dh0"))
     residuals = ("h", "final") + (("gc",) if use_g else ())
-    return ChunkLinearAttnPlans(
+    inputs = ("query", "key", "value") + tuple(
+        n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
+    )
+    return LinearAttnPlans(
         args=a,
-        chunk_size=BT,
         forward=tuple(forward),
         backward=tuple(backward),
+        inputs=inputs,
         offsets=tuple(offsets),
         residuals=residuals,
         grads=tuple(grads),

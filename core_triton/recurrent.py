@@ -15,10 +15,9 @@ Inputs are read contiguous (the bindings make them so).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from core_triton import reduce_partials
-from core_triton._linear_attn_args import LinearAttnArgs, validate
+from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans, validate
 from core_triton.checks import check_cu_seqlens_values
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.recurrent_bwd import recurrent_bwd_kernel
@@ -26,36 +25,11 @@ from core_triton.recurrent_fwd import recurrent_fwd_kernel
 from core_triton.utils import cdiv, next_power_of_2
 
 GATES = ("g", "g_gamma", "gk", "gv")
-# Every float input and the name of its gradient in the backward's outputs.
-GRADIENTS = {
-    "query": "d_query",
-    "key": "d_key",
-    "value": "d_value",
-    "g": "d_g",
-    "g_gamma": "d_g_gamma",
-    "gk": "d_gk",
-    "gv": "d_gv",
-    "initial_state": "d_initial_state",
-}
 # A state tile holds about this many float32 values (registers of one program).
 _STATE_TILE = 4096
 # Below this many programs, value tiles shrink to raise parallelism: every
 # program walks its whole sequence, so programs, not bandwidth, set the pace.
 _MIN_PROGRAMS = 264
-
-
-@dataclass(frozen=True)
-class RecurrentPlans:
-    """``forward``: one plan, inputs by argument name (plus ``cu_seqlens``),
-    outputs ``output``, ``final_state``.  ``backward``: plans run in order
-    over the forward's inputs plus ``d_output`` and ``d_final_state``; the
-    gradient of input ``x`` is the output named ``GRADIENTS[x]``, present
-    for the inputs in ``inputs``."""
-
-    forward: LaunchPlan
-    backward: tuple[LaunchPlan, ...]
-    inputs: tuple[str, ...]
-    args: LinearAttnArgs
 
 
 def plans(
@@ -71,7 +45,7 @@ def plans(
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
     cu_seqlens_values=None,
-) -> RecurrentPlans:
+) -> LinearAttnPlans:
     """Check the arguments and plan the launches."""
     a = validate(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)
     if cu_seqlens is not None and cu_seqlens_values is not None:
@@ -103,7 +77,7 @@ def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
 
 # Plans depend on sizes, options and dtypes only: cache them for eager calls.
 @functools.lru_cache(maxsize=512)
-def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> RecurrentPlans:
+def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> LinearAttnPlans:
     dtypes = dict(dtypes)
     B, T, HQ, H, K, V, N, G = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N, a.G
     bk, bv = tiles(K, V, N * H)
@@ -149,7 +123,7 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Recur
         constexprs=flags,
         num_warps=_warps(bk, bv, backward=False),
         num_stages=1,
-        output_names=("output", "final_state"),
+        output_names=("o", "final"),
     )
 
     rows = B * T
@@ -172,7 +146,7 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Recur
         LaunchPlan(
             kernel=recurrent_bwd_kernel,
             grid=grid,
-            params=(*operands, In("d_output"), In("d_final_state"), index, T, rows, a.scale),
+            params=(*operands, In("do"), In("dht"), index, T, rows, a.scale),
             outputs=bwd_outputs,
             constexprs=flags,
             num_warps=_warps(bk, bv, backward=True),
@@ -200,4 +174,5 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Recur
     if "g_gamma" in dtypes:
         backward.append(reduce_partials.plan("dgamma_parts", N * nv, (H,), dtypes["g_gamma"], "d_g_gamma"))
     inputs = ("query", "key", "value", *(n for n in (*GATES, "initial_state") if n in dtypes))
-    return RecurrentPlans(forward, tuple(backward), inputs, a)
+    grads = tuple((n, f"d_{n}") for n in inputs)
+    return LinearAttnPlans(a, (forward,), tuple(backward), inputs, (), (), grads)

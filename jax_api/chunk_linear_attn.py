@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from core_triton import chunk_linear_attn as core
-from core_triton import run_named
-from jax_api._launch import host_values, info, launch
-from jax_api.utils import prepare_chunk_offsets
-
-_FLOAT_INPUTS = ("query", "key", "value", "g", "g_gamma", "initial_state")
+from jax_api._launch import host_values, info
+from jax_api._linear_attn import apply
 
 
 def chunk_linear_attn(
@@ -33,7 +29,7 @@ def chunk_linear_attn(
     K, V] float32)``; differentiable in every float input.  ``cu_seqlens``
     may be traced under ``jax.jit``.
     """
-    given = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
+    operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
     plans = core.plans(
         info(query),
         info(key),
@@ -47,37 +43,4 @@ def chunk_linear_attn(
         chunk_size,
         host_values(cu_seqlens),
     )
-    floats = {n: given[n] for n in _FLOAT_INPUTS if given[n] is not None}
-    index = {}
-    if cu_seqlens is not None:
-        index["cu_seqlens"] = cu_seqlens
-        for name, size in plans.offsets:
-            index[name] = prepare_chunk_offsets(cu_seqlens, size)
-
-    def forward(floats, index):
-        return run_named(plans.forward, {**floats, **index}, launch)
-
-    @jax.custom_vjp
-    def op(floats, index):
-        env = forward(floats, index)
-        return env["o"], env["final"]
-
-    def fwd(floats, index):
-        env = forward(floats, index)
-        residuals = {n: env[n] for n in plans.residuals}
-        return (env["o"], env["final"]), (floats, index, residuals)
-
-    def bwd(saved, cotangents):
-        floats, index, residuals = saved
-        do, dht = cotangents
-        env = run_named(
-            plans.backward,
-            {**floats, **index, **residuals, "do": do.astype(floats["query"].dtype), "dht": dht},
-            launch,
-        )
-        grads = {n: env[out].astype(floats[n].dtype) for n, out in plans.grads}
-        zeros = jax.tree.map(lambda a: np.zeros(a.shape, jax.dtypes.float0), index)
-        return grads, zeros
-
-    op.defvjp(fwd, bwd)
-    return op(floats, index)
+    return apply(plans, cu_seqlens, operands)

@@ -5,36 +5,8 @@ from __future__ import annotations
 import torch
 
 from core_triton import chunk_linear_attn as core
-from core_triton import run_named
-from torch_api._launch import host_values, info, launch
-from torch_api.utils import prepare_chunk_offsets
-
-_FLOAT_INPUTS = ("query", "key", "value", "g", "g_gamma", "initial_state")
-
-
-class _ChunkLinearAttn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, plans, index, names, *tensors):
-        floats = dict(zip(names, tensors, strict=True))
-        env = run_named(plans.forward, {**floats, **index}, launch)
-        residuals = [env[n] for n in plans.residuals]
-        ctx.save_for_backward(*tensors, *residuals)
-        ctx.plans, ctx.index, ctx.names = plans, index, names
-        return env["o"], env["final"]
-
-    @staticmethod
-    def backward(ctx, do, dht):
-        plans, names = ctx.plans, ctx.names
-        saved = ctx.saved_tensors
-        floats = dict(zip(names, saved[: len(names)], strict=True))
-        residuals = dict(zip(plans.residuals, saved[len(names) :], strict=True))
-        # Autograd materialises unused cotangents as zeros.
-        do = do.to(floats["query"].dtype).contiguous()
-        dht = dht.to(torch.float32).contiguous()
-        env = run_named(plans.backward, {**floats, **ctx.index, **residuals, "do": do, "dht": dht}, launch)
-        grads = dict(plans.grads)
-        out = [env[grads[n]].to(floats[n].dtype) if n in grads else None for n in names]
-        return (None, None, None, *out)
+from torch_api._launch import host_values, info
+from torch_api._linear_attn import apply
 
 
 def chunk_linear_attn(
@@ -57,7 +29,7 @@ def chunk_linear_attn(
     K, V] float32)``; differentiable in every float input.  Non-contiguous
     inputs are copied to contiguous ones.
     """
-    given = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
+    operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
     plans = core.plans(
         info(query),
         info(key),
@@ -71,11 +43,4 @@ def chunk_linear_attn(
         chunk_size,
         host_values(cu_seqlens),
     )
-    names = tuple(n for n in _FLOAT_INPUTS if given[n] is not None)
-    index = {}
-    if cu_seqlens is not None:
-        index["cu_seqlens"] = cu_seqlens
-        for name, size in plans.offsets:
-            index[name] = prepare_chunk_offsets(cu_seqlens, size)
-    tensors = [given[n].contiguous() for n in names]
-    return _ChunkLinearAttn.apply(plans, index, names, *tensors)
+    return apply(plans, cu_seqlens, operands)
