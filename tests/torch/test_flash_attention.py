@@ -28,7 +28,7 @@ class TestTorchFlashAttention(FlashAttentionSuite):
             FW,
             lambda **d: FW.api.flash_attention(**d, causal=True, return_lse=True),
             t,
-            (do_t, torch.zeros(2, 4, 40)),
+            (do_t, FW.array(np.zeros((2, 4, 40)))),  # on the test device, like the inputs
         )
         ref = attention_ref(**case, causal=True, do=do)
         assert_close(FW.numpy(out), ref["out"], "float32", "output")
