@@ -184,13 +184,22 @@ def run(progress=None) -> list[dict]:
 
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
+    # TWINKERNELS_BENCH_ONLY="chunk,lightning" keeps those ops (a device call
+    # is 10 minutes); each row is printed as soon as it is measured so a cut
+    # run still reports.
+    only = [o for o in os.environ.get("TWINKERNELS_BENCH_ONLY", "").split(",") if o]
     for op, gate, shape in CASES:
-        rows += _measure(torch, jax, jnp, torch_api, jax_api, op, gate, shape)
+        if only and op not in only:
+            continue
+        new = _measure(torch, jax, jnp, torch_api, jax_api, op, gate, shape)
+        for r in new:
+            print(r, flush=True)
+        rows += new
         if progress is not None:
             progress.update(1)
     _ratios(rows)
     sweep = []
-    for T in SWEEP_T:
+    for T in SWEEP_T if not only else ():
         for op in ("lightning", "sdpa"):
             sweep += _measure(
                 torch, jax, jnp, torch_api, jax_api, op, "g_gamma", (1, T, 16, 128), ("fwd+bwd",)

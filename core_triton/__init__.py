@@ -7,8 +7,17 @@ sizes, output shapes and argument checks.
 
 from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo, launch_direct, run_named, run_steps
-from core_triton.runtime import NO_BACKEND_MESSAGE, autotune, is_interpreted
+from core_triton.runtime import (
+    NO_BACKEND_MESSAGE,
+    autotune,
+    interpreter_requested,
+    is_interpreted,
+    mend_interpreter_index,
+)
 from core_triton.utils import cdiv, next_power_of_2
+
+if interpreter_requested():
+    mend_interpreter_index()
 
 __all__ = [
     "In",

@@ -33,3 +33,22 @@ def autotune(configs, key, **kwargs):
     if interpreter_requested():
         configs = list(configs)[:1]
     return triton.autotune(configs=configs, key=key, **kwargs)
+
+
+def mend_interpreter_index() -> None:
+    """Triton 3.6's interpreter turns a scalar tensor into a Python int
+    (``range(lo, hi)`` over loaded bounds) with ``int()`` of a one-element
+    array, which NumPy 2.4 refuses; Triton 3.9 squeezes it first.  Give older
+    interpreters the same conversion (a no-op where it is already right)."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_twinkernels_mended", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor._twinkernels_mended = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
