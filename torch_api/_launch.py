@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -34,6 +35,14 @@ def info(t: torch.Tensor | None) -> TensorInfo | None:
 def host_values(cu_seqlens: torch.Tensor | None):
     """cu_seqlens on the host, for the value checks (one small copy)."""
     return None if cu_seqlens is None else cu_seqlens.detach().cpu().numpy()
+
+
+@functools.lru_cache(maxsize=256)
+def device_constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant (piece offsets, lightning decays) on ``device``, made
+    once.  A fresh ``torch.tensor(..., device=cuda)`` per call would copy from
+    pageable memory and wait for the stream, ending the host's run-ahead."""
+    return torch.tensor(values, dtype=dtype, device=device)
 
 
 def dtype_arg(output_dtype):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from core_triton import flash_attention as core
-from torch_api._launch import info, launch
+from torch_api._launch import device_constant, info, launch
 
 
 class _Attention(torch.autograd.Function):
@@ -67,8 +67,8 @@ def attention_call(plans, query, key, value, softmax_aux, bias, index, bias_axes
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
     """The index inputs of ``plans`` (see jax_api.flash_attention.index_inputs)."""
     idx = {
-        "qoff": torch.tensor(plans.qoff, dtype=torch.int32, device=device),
-        "koff": torch.tensor(plans.koff, dtype=torch.int32, device=device),
+        "qoff": device_constant(tuple(plans.qoff), torch.int32, torch.device(device)),
+        "koff": device_constant(tuple(plans.koff), torch.int32, torch.device(device)),
     }
     for name, value in (
         ("q_segment_ids", q_segment_ids),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from core_triton import lightning_attn as core
-from torch_api._launch import info
+from torch_api._launch import device_constant, info
 from torch_api.chunk_linear_attn import chunk_linear_attn
 from torch_api.recurrent import recurrent
 
@@ -34,7 +34,7 @@ def lightning_attn(
         query,
         key,
         value,
-        g_gamma=torch.from_numpy(g_gamma).to(key.device),
+        g_gamma=device_constant(tuple(g_gamma.tolist()), torch.float32, key.device),
         softmax_scale=softmax_scale,
         initial_state=initial_state,
         reverse=reverse,

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from core_triton import ring_attention as core
-from torch_api._launch import info, launch
+from torch_api._launch import device_constant, info, launch
 from torch_api.flash_attention import sink_grad
 
 
@@ -57,7 +57,7 @@ def _add_sinks(out, lse, sink):
 
 
 def _offsets(rank, n, t_local, zigzag, device):
-    return torch.tensor(core.offsets(rank, n, t_local, zigzag), dtype=torch.int32, device=device)
+    return device_constant(tuple(core.offsets(rank, n, t_local, zigzag)), torch.int32, torch.device(device))
 
 
 class _RingAttention(torch.autograd.Function):

@@ -14,7 +14,6 @@ class TestTorchFlashAttention(FlashAttentionSuite):
     def test_non_contiguous_inputs(self):
         # Head-first tensors transposed to [B, T, H, D] views, a sliced bias
         # and a transposed cotangent: read through their strides, no copy.
-        torch = FW.torch
         case = make_case(np.random.default_rng(9), B=2, Tq=40, Tk=40, bias="BH")
         t = {
             n: FW.array(np.swapaxes(case[n], 1, 2).copy()).transpose(1, 2) for n in ("query", "key", "value")
