@@ -92,6 +92,7 @@ def run(progress=None) -> list[dict]:
                     except Exception as e:  # one broken baseline must not hide the rest
                         row["ms"] = f"error: {type(e).__name__}: {str(e)[:80]}"
                     finally:
+                        print(row, flush=True)  # a cut run still reports
                         torch.cuda.empty_cache()
                         if progress is not None:
                             progress.update(1)

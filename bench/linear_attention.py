@@ -184,12 +184,12 @@ def run(progress=None) -> list[dict]:
 
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
-    # TWINKERNELS_BENCH_ONLY="chunk,lightning" keeps those ops (a device call
-    # is 10 minutes); each row is printed as soon as it is measured so a cut
+    # TWINKERNELS_BENCH_ONLY="chunk,recurrent:gv" keeps those ops or op:gate
+    # cases (a device call is 10 minutes); each row is printed as soon as it is measured so a cut
     # run still reports.
     only = [o for o in os.environ.get("TWINKERNELS_BENCH_ONLY", "").split(",") if o]
     for op, gate, shape in CASES:
-        if only and op not in only:
+        if only and op not in only and f"{op}:{gate}" not in only:
             continue
         new = _measure(torch, jax, jnp, torch_api, jax_api, op, gate, shape)
         for r in new:

@@ -72,6 +72,9 @@ _DQ_CONFIGS = {
 # instead of an autotuning sweep: every flag combination would otherwise
 # compile and time every config.
 _FIXED = {64: 4, 128: 4, 256: 1}
+# False: the plain and causal paths take the fixed config too (a tuning aid:
+# bench/flash_configs.py times each binding on one config).
+AUTOTUNE = True
 _KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "NQP", "NKP", "DOT_PREC"]
 
 
@@ -340,7 +343,9 @@ def attention_plans(
     )
     # The plain and causal paths (what models run most) are autotuned; the
     # other features take one fixed config.
-    tuned = not (has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None)
+    tuned = AUTOTUNE and not (
+        has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None
+    )
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
 
     def kernel_and_grid(kind, table, rows, programs):
