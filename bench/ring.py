@@ -3,6 +3,7 @@ bf16, T_local tokens per GPU (default 32k), forward+backward.
 
     torchrun --nproc-per-node 2 -m bench.ring          # or: python -m bench.ring (spawns one
                                                       # process per visible GPU)
+    python -m bench.ring --jax                         # JAX: one process, a Mesh of every GPU
 
 Ideal: a ring of n GPUs runs n times the tokens of one GPU in the time one
 GPU runs its share, i.e. ``time_1gpu(T_local * n) / n`` per step; we report
@@ -94,6 +95,46 @@ def timed_local(fn, iters):
     return start.elapsed_time(end) / iters / 1e3
 
 
+def bench_jax(t_local, iters=5):
+    """The JAX ring (``ring_attention_mesh`` over every visible GPU, zig-zag,
+    causal, forward+backward) against ``flash_attention`` on one GPU with
+    the whole sequence."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh
+
+    import jax_api
+    from bench.common import save, time_per_call
+
+    devices = jax.devices()
+    n, T = len(devices), t_local * len(devices)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q, k, v, do = (jax.random.normal(key, (B, T, H, D), jnp.bfloat16) for key in keys)
+    mesh = Mesh(np.array(devices), ("sp",))
+
+    def grads(attn):
+        return jax.jit(lambda q, k, v, do: jax.vjp(attn, q, k, v)[1](do))
+
+    ring = grads(lambda a, b, c: jax_api.ring_attention_mesh(mesh, "sp", a, b, c, causal=True, zigzag=True))
+    single = grads(lambda a, b, c: jax_api.flash_attention(a, b, c, causal=True))
+    sync = jax.block_until_ready
+    t_ring = time_per_call(lambda: ring(q, k, v, do), sync, iters=iters, reps=3, warmup=2)
+    one = [jax.device_put(x, devices[0]) for x in (q, k, v, do)]
+    t_one = time_per_call(lambda: single(*one), sync, iters=iters, reps=3, warmup=2)
+    result = {
+        "impl": "jax",
+        "n_gpus": n,
+        "T_local": t_local,
+        "T_total": T,
+        "ring_ms": t_ring * 1e3,
+        "one_gpu_ms_same_total": t_one * 1e3,
+        "fraction_of_ideal": (t_one / n) / t_ring,
+    }
+    print(result)
+    save("ring_jax", [result], {"device": str(devices[0].device_kind), "B": B, "H": H, "D": D})
+
+
 def _spawned(rank, n, t_local, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     _bench(rank, n, t_local)
@@ -102,7 +143,12 @@ def _spawned(rank, n, t_local, port):
 def main(argv):
     import torch
 
+    use_jax = "--jax" in argv
+    argv = [a for a in argv if a != "--jax"]
     t_local = int(argv[0]) if argv else 32768
+    if use_jax:
+        bench_jax(t_local)
+        return
     if "RANK" in os.environ:  # torchrun
         _bench(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), t_local)
         return
