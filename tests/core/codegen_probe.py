@@ -1,0 +1,81 @@
+"""Compile a flash-attention launch plan for Hopper (sm_90) the way each
+binding's launcher specialises it, without a GPU, and print what its PTX
+loads from global memory.  Run as a script (Triton must not be in
+interpreter mode): ``python -m tests.core.codegen_probe``.
+
+- PyTorch (Triton's own launcher): pointers 16-byte aligned, every int
+  argument that is a multiple of 16 marked divisible by 16, ints equal to 1
+  made constants.
+- JAX (jax-triton 0.3): pointers 16-byte aligned, ints equal to 1 made
+  constants, no divisibility for any other int.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from core_triton import flash_attention as core
+from core_triton.launch import In, TensorInfo
+
+_POINTER = {"bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
+_INPUT_DTYPES = {"lse": "float32", "delta": "float32", "qoff": "int32", "koff": "int32"}
+
+
+def compile_plan(plan, binding: str) -> str:
+    """PTX of ``plan`` (bf16 q/k/v/do) as ``binding`` ("torch"/"jax") would build it."""
+    names = plan.kernel.arg_names
+    signature, attrs, constexprs = {}, {}, {}
+    divisible = [["tt.divisibility", 16]]
+    for i, arg in enumerate((*plan.params, *plan.outputs)):
+        name = names[i]
+        if isinstance(arg, In):
+            signature[name] = _POINTER[_INPUT_DTYPES.get(arg.name, "bfloat16")]
+            attrs[(i,)] = divisible
+        elif hasattr(arg, "shape"):  # an OutputSpec
+            signature[name] = _POINTER[arg.dtype]
+            attrs[(i,)] = divisible
+        elif isinstance(arg, bool) or not isinstance(arg, int):
+            signature[name] = "fp32"
+        elif arg == 1:
+            signature[name], constexprs[name] = "constexpr", 1
+        else:
+            signature[name] = "i32"
+            if binding == "torch" and arg % 16 == 0:
+                attrs[(i,)] = divisible
+    for name, value in plan.constexprs.items():
+        signature[name], constexprs[name] = "constexpr", value
+    src = ASTSource(plan.kernel, signature, constexprs=constexprs, attrs=attrs)
+    options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages}
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+def load_counts(ptx: str) -> dict[str, int]:
+    return {
+        "cp_async": len(re.findall(r"cp\.async\.cg", ptx)),
+        "scalar_b16_loads": len(re.findall(r"ld\.global(\.\w+)*\.b16 ", ptx)),
+    }
+
+
+def main(argv):
+    causal = "causal" in argv
+    core.AUTOTUNE = False  # one fixed config: (64, 64, 4 warps, 3 stages) forward
+    core._FIXED[128] = core._FWD_CONFIGS[128].index((64, 64, 4, 3))
+    B, T, H, D = 2, 1024, 4, 128
+    q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
+    plans, _ = core.plans(q, q, q, causal=causal)
+    dkdv, dq = plans.grads(q)
+    result = {}
+    for kind, plan in (("fwd", plans.forward), ("dkdv", dkdv), ("dq", dq)):
+        for binding in ("torch", "jax"):
+            result[f"{kind}/{binding}"] = load_counts(compile_plan(plan, binding))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
