@@ -62,7 +62,13 @@ def _make(name, T, causal, mode, torch, jax, jnp, torch_api, jax_api):
     if mode == "fwd":
         f = jax.jit(attn)
     else:
-        f = jax.jit(lambda a, b, c, d: jax.vjp(attn, a, b, c)[1](d))
+        # Output returned as well as the gradients, so that XLA cannot drop
+        # forward work whose result only the caller reads.
+        def fwd_bwd(a, b, c, d):
+            out, pull = jax.vjp(attn, a, b, c)
+            return out, pull(d)
+
+        f = jax.jit(fwd_bwd)
     call = (lambda: f(qj, kj, vj)) if mode == "fwd" else (lambda: f(qj, kj, vj, doj))
     return call, (lambda o: jax.block_until_ready(o)), True
 

@@ -118,7 +118,10 @@ def _jax_pair(jax, jnp, fn, x, grads):
         diff = {n: d[n] for n in grads}
         rest = {n: v for n, v in d.items() if n not in grads}
         out, pull = jax.vjp(lambda p: fn(**p, **rest), diff)
-        return pull((do, jnp.zeros_like(out[1])))
+        # The output is returned too: otherwise XLA drops the forward launch
+        # whose results only the caller would read (the backward recomputes
+        # states), and "fwd+bwd" would time the backward alone.
+        return out, pull((do, jnp.zeros_like(out[1])))
 
     fwd_bwd = jax.jit(loss_vjp)
     return (lambda: fwd(xj)), (lambda: fwd_bwd(xj))
