@@ -2,6 +2,7 @@
 the gathered sequence, forward and gradients, for ring sizes 1, 2, 4, 8,
 contiguous and zig-zag layouts."""
 
+import datetime
 import os
 import socket
 
@@ -37,7 +38,9 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
     else:  # NCCL: one GPU per rank, compiled kernels
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
-    torch.distributed.init_process_group(backend, rank=rank, world_size=n)
+    # A rank that fails leaves its peers waiting on a receive: time out.
+    timeout = datetime.timedelta(minutes=4)
+    torch.distributed.init_process_group(backend, rank=rank, world_size=n, timeout=timeout)
     import torch_api
     from torch_api.ring_attention import zigzag_reorder, zigzag_restore
 
@@ -114,10 +117,12 @@ def test_ring_equals_single_device(n):
 
 
 def test_ring_over_nccl():
-    """The same checks with NCCL, one GPU per rank (needs two GPUs)."""
+    """The zig-zag checks with NCCL, one GPU per rank (needs two GPUs).  Two
+    cases, plain and every feature: each compiles its own kernels on every
+    rank (minutes on a cold cache); gloo runs all of them."""
     if torch.cuda.device_count() < 2 or not torch.distributed.is_nccl_available():
         pytest.skip("needs two CUDA GPUs and NCCL")
-    _run_ring(torch.cuda.device_count(), CASES, "nccl")
+    _run_ring(torch.cuda.device_count(), CASES[1:3], "nccl")
 
 
 def test_errors_name_the_argument():
