@@ -2,8 +2,8 @@
 # The whole GPU check (device machines have no network): install the carried
 # wheels (.whl: jax-triton, fla-core, pytest-xdist, execnet), then
 #   PART=tests  the test suite on the GPU (JAX through jax-triton), 8 workers
-#               (Triton compiles on the CPU; tests that need tens of GB of GPU
-#               memory share one worker: --dist loadgroup), and the demo;
+#               (Triton compiles on the CPU), then the tests that need tens of
+#               GB of GPU memory one after another, and the demo;
 #   PART=bench  the benchmarks (BENCH="linear_attention attention" picks some);
 #   PART=all    both (the default; more than one 10-minute device call).
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
@@ -26,8 +26,12 @@ if [ -f .triton-cache.tar.gz ]; then mkdir -p "$TRITON_CACHE_DIR" && tar -xzf .t
 if [ "$part" = tests ] || [ "$part" = all ]; then
   # JAX's pooling allocator keeps what a big test freed; the next big test
   # in the same worker (torch) would then run out of memory.
+  # Tests that take tens of GB (marked xdist_group("gpu_memory")) run after
+  # the rest, alone on the GPU: beside 15 busy workers one ran out of memory.
   XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
-    --dist loadgroup --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
+    -m "not xdist_group" --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
+    -m xdist_group -W ignore::DeprecationWarning --durations=5 -rfE --tb=short ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests-big.log"
   [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then

@@ -150,8 +150,8 @@ class ChunkLinearAttnSuite:
                 api.chunk_linear_attn(**one, cu_seqlens=fw.array(values, "int32"))
 
 
-# Tests that take tens of GB of GPU memory run one after another in one
-# worker under pytest-xdist's --dist loadgroup (gpu_run.sh).
+# Tests that take tens of GB of GPU memory carry this mark: gpu_run.sh runs
+# them after the rest, one after another (-m xdist_group).
 @pytest.mark.xdist_group("gpu_memory")
 class ChunkLinearAttnGpuSuite:
     """Sizes only a GPU runs: 64-bit offsets (T = 65536, tensors past 2**31
