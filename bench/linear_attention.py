@@ -187,9 +187,9 @@ def run(progress=None) -> list[dict]:
 
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
-    # TWINKERNELS_BENCH_ONLY="chunk,recurrent:gv" keeps those ops or op:gate
-    # cases (a device call is 10 minutes); each row is printed as soon as it is measured so a cut
-    # run still reports.
+    # TWINKERNELS_BENCH_ONLY="chunk,recurrent:gv,sweep" keeps those ops or
+    # op:gate cases, and the T sweep (a device call is 10 minutes); each row
+    # is printed as soon as it is measured so a cut run still reports.
     only = [o for o in os.environ.get("TWINKERNELS_BENCH_ONLY", "").split(",") if o]
     for op, gate, shape in CASES:
         if only and op not in only and f"{op}:{gate}" not in only:
@@ -202,11 +202,12 @@ def run(progress=None) -> list[dict]:
             progress.update(1)
     _ratios(rows)
     sweep = []
-    for T in SWEEP_T if not only else ():
+    for T in SWEEP_T if not only or "sweep" in only else ():
         for op in ("lightning", "sdpa"):
-            sweep += _measure(
-                torch, jax, jnp, torch_api, jax_api, op, "g_gamma", (1, T, 16, 128), ("fwd+bwd",)
-            )
+            new = _measure(torch, jax, jnp, torch_api, jax_api, op, "g_gamma", (1, T, 16, 128), ("fwd+bwd",))
+            for r in new:
+                print(r, flush=True)
+            sweep += new
         if progress is not None:
             progress.update(1)
     meta = {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"}
