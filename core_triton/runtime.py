@@ -42,9 +42,9 @@ def mend_interpreter_index() -> None:
     interpreters the same conversion (a no-op where it is already right)."""
     from triton.runtime import interpreter
 
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "_twinkernels_mended", False):
-        return
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_twinkernels_mended", False):
+        return  # another Triton layout: leave it as it is
 
     def patch_lang_tensor(tensor, scope):
         original(tensor, scope)
