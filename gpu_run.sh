@@ -13,12 +13,18 @@ part=${PART:-all}
 mkdir -p "$out"
 rm -rf .gpu-site && python3 -m pip install -q --no-index --no-deps --target .gpu-site .whl/*.whl
 export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-# The device machine has no writable default cache dir for Triton.
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$PWD/.triton-cache}
-# Compiling is most of a GPU run's time: a cache saved by an earlier run
-# (SAVE_CACHE=1 writes $out/triton-cache.tar.gz; carry it back as
-# .triton-cache.tar.gz) is unpacked first.
-if [ -f .triton-cache.tar.gz ]; then mkdir -p "$TRITON_CACHE_DIR" && tar -xzf .triton-cache.tar.gz -C "$TRITON_CACHE_DIR"; fi
+# The device machine has no writable default cache dir for Triton.  Outside
+# the checkout: the device tool resets ignored paths of the checkout between
+# calls, while /tmp lasts as long as the machine stays warm.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/twinkernels-triton-cache}
+mkdir -p "$TRITON_CACHE_DIR"
+# Compiling is most of a GPU run's time (PyTorch's kernels; jax-triton keeps
+# its own cache in memory).  SAVE_CACHE=1 writes the cache as
+# $out/triton-cache.txz.part-* (15 MB pieces: files come back up to 16 MiB);
+# copy them into .triton-cache-parts/ and carry that folder to unpack it first.
+if ls .triton-cache-parts/triton-cache.txz.part-* > /dev/null 2>&1; then
+  cat .triton-cache-parts/triton-cache.txz.part-* | tar -xJf - -C "$TRITON_CACHE_DIR"
+fi
 {
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
@@ -38,5 +44,6 @@ if [ "$part" = bench ] || [ "$part" = all ]; then
   TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
 fi
 if [ -n "${SAVE_CACHE:-}" ]; then
-  tar -czf "$out/triton-cache.tar.gz" -C "$TRITON_CACHE_DIR" . && ls -l "$out/triton-cache.tar.gz"
+  command -v xz > /dev/null || echo "SAVE_CACHE: no xz on this machine" >&2
+  tar -cf - -C "$TRITON_CACHE_DIR" . | xz -T0 -6 | split -b 15m - "$out/triton-cache.txz.part-" && ls -l "$out"/triton-cache.txz.part-*
 fi
