@@ -56,7 +56,7 @@ def attention_call(plans, query, key, value, softmax_aux, bias, index, bias_axes
             dsink = sink_grad(sink, lse, delta)
         db = None
         if b is not None:
-            db = jnp.sum(dbias, axis=bias_axes, keepdims=True).astype(b.dtype) if bias_axes else dbias
+            db = jnp.sum(dbias, axis=bias_axes, keepdims=True) if bias_axes else dbias
             db = db.astype(b.dtype)
         return dq, dk, dv, dsink, db, _float0_like(idx)
 

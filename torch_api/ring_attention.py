@@ -8,6 +8,8 @@ merge in float32 by log-sum-exp.  NCCL on GPUs, gloo on the CPU.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.distributed as dist
 
@@ -213,9 +215,8 @@ def ring_attention(
     if qs is not None:
         fixed["q_segment_ids"], moving["kv_segment_ids"] = qs, ks
     if q_positions is not None or kv_positions is not None:
-        order = core.zigzag_order(n, n * t_local) if zigzag else list(range(n * t_local))
-        mine = torch.tensor(order[ring.rank * t_local : (ring.rank + 1) * t_local], dtype=torch.int32)
-        mine = mine.to(query.device)
+        order, _ = _layout(n, n * t_local, bool(zigzag), query.device)
+        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
         fixed["q_positions"] = q_positions if q_positions is not None else mine
         moving["kv_positions"] = kv_positions if kv_positions is not None else mine
     out, lse = _RingAttention.apply(
@@ -224,14 +225,23 @@ def ring_attention(
     return (out, lse) if return_lse else out
 
 
+@functools.lru_cache(maxsize=64)
+def _layout(n: int, length: int, zigzag: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(order, inverse)`` int32 on ``device`` for a sequence of ``length``
+    over ``n`` ranks (identity without ``zigzag``), made once: building the
+    order in Python and copying it to the GPU on every step would cost O(T)
+    host work and a stream synchronisation."""
+    order = core.zigzag_order(n, length) if zigzag else range(length)
+    order = torch.tensor(order, dtype=torch.int32, device=device)
+    return order, torch.argsort(order).to(torch.int32)
+
+
 def zigzag_reorder(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tensor:
     """Global sequence -> zig-zag layout along ``axis`` (shard ``r`` of an
     equal split holds chunks ``r`` and ``2n-1-r`` of ``2n``)."""
-    order = torch.tensor(core.zigzag_order(int(ring_size), x.shape[axis]), device=x.device)
-    return x.index_select(axis, order)
+    return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[0])
 
 
 def zigzag_restore(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tensor:
     """Inverse of ``zigzag_reorder``."""
-    order = torch.tensor(core.zigzag_order(int(ring_size), x.shape[axis]), device=x.device)
-    return x.index_select(axis, torch.argsort(order))
+    return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[1])
