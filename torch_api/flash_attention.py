@@ -22,6 +22,9 @@ class _Attention(torch.autograd.Function):
         if bias is not None:
             inputs["bias"] = bias
         out, lse = launch(plans.forward, inputs)
+        # An unused lse (the usual case) then arrives as None, not as zeros
+        # that the backward would fill and subtract for nothing.
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, sink, bias, out, lse)
         ctx.index = index
         ctx.plans = plans
