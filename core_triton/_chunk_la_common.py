@@ -151,6 +151,9 @@ def chunk_gates(
             b += gamma * (L - p).to(tl.float32)
         else:
             b += gamma * (p + 1).to(tl.float32)
+        # Past the chunk's end (a short last chunk) the reversed ramp turns
+        # positive and exp(b) could overflow; those rows are dropped anyway.
+        b = tl.where(m_t, b, 0.0)
     # The whole chunk's decay: b at the token visited last.
     if REVERSE:
         last = 0
@@ -180,5 +183,7 @@ def intra_decay(b, m_t, BT: tl.constexpr, REVERSE: tl.constexpr, TRANSPOSED: tl.
     else:
         keep = j <= i
     keep = keep & m_t[:, None] & m_t[None, :]
-    # exp of a dropped entry may overflow; where() discards it (no inf * 0).
-    return tl.where(keep, tl.exp(diff), 0.0)
+    # Mask before the exp: a dropped entry's difference can be large and
+    # positive, and exp() of it would overflow (inf, and a warning under the
+    # interpreter) before where() threw it away.  exp(-inf) is exactly 0.
+    return tl.exp(tl.where(keep, diff, float("-inf")))
