@@ -1,7 +1,8 @@
-"""A tuning aid (not part of ``nox -s bench``): the config the autotuner
-picks for ``flash_attention`` from PyTorch, and both bindings timed on that
-one config, so that a gap between JAX and PyTorch can be told apart from a
-different autotuning choice.  ``python -m bench.flash_configs [T]``."""
+"""A tuning aid (not part of ``nox -s bench``): for each length, the configs
+PyTorch's autotuner timed for ``flash_attention`` (forward, dK/dV, dQ) and
+the one it picked, and both bindings timed on that one config, so that a gap
+between JAX and PyTorch can be told apart from a different autotuning
+choice.  ``python -m bench.flash_configs [T ...]``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,16 @@ def _time(name, T, causal, mode, mods):
     return f"{t * 1e3:.3f} ms {_flops(T, causal, mode) / t / 1e12:.0f} TFLOP/s"
 
 
+def _timings(kernel):
+    """The autotuner's last sweep as 'BMxBN/warps/stages: ms' lines, best first."""
+    rows = sorted(getattr(kernel, "configs_timings", {}).items(), key=lambda kv: kv[1])
+    lines = []
+    for c, t in rows:
+        ms = t[0] if isinstance(t, list) else t
+        lines.append(f"  {c.kwargs['BM']}x{c.kwargs['BN']}/{c.num_warps}w/{c.num_stages}s: {ms:.3f} ms")
+    return lines
+
+
 def main(argv):
     import jax
     import jax.numpy as jnp
@@ -26,25 +37,31 @@ def main(argv):
     import torch_api
     from core_triton import flash_attention as core
 
-    T = int(argv[0]) if argv else 8192
+    core.MEASURED = False  # autotune head dim 128 too: this measures the choice
+    lengths = [int(a) for a in argv] or [8192]
     mods = (torch, jax, jnp, torch_api, jax_api)
     for causal in (False, True):
-        core.AUTOTUNE = True
-        for mode in ("fwd", "fwd+bwd"):
+        for T in lengths:
+            core.AUTOTUNE = True
+            for kind in ("fwd", "dkdv", "dq"):
+                core._tuned(kind, 128).cache.clear()  # tune again at this T
+            for mode in ("fwd", "fwd+bwd"):
+                for name in ("twinkernels torch", "twinkernels jax"):
+                    took = _time(name, T, causal, mode, mods)
+                    print(f"T={T} causal={causal} autotuned {name} {mode}: {took}", flush=True)
+            for kind in ("fwd", "dkdv", "dq"):
+                tuned = core._tuned(kind, 128)
+                print(
+                    f"T={T} causal={causal} torch autotuner, {kind}: picked {tuned.best_config}", flush=True
+                )
+                print("\n".join(_timings(tuned)), flush=True)
+            best = core._tuned("fwd", 128).best_config
+            pick = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
+            core.AUTOTUNE = False
+            core._FIXED[128] = core._FWD_CONFIGS[128].index(pick)
             for name in ("twinkernels torch", "twinkernels jax"):
-                took = _time(name, T, causal, mode, mods)
-                print(f"autotuned {name} causal={causal} {mode}: {took}", flush=True)
-        for kind in ("fwd", "dkdv", "dq"):
-            best = core._tuned(kind, 128).best_config
-            print(f"torch autotuner picked for {kind} causal={causal}: {best}", flush=True)
-        best = core._tuned("fwd", 128).best_config
-        pick = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
-        core.AUTOTUNE = False
-        core._FIXED[128] = core._FWD_CONFIGS[128].index(pick)
-        for mode in ("fwd",):
-            for name in ("twinkernels torch", "twinkernels jax"):
-                took = _time(name, T, causal, mode, mods)
-                print(f"fixed {pick} {name} causal={causal} {mode}: {took}", flush=True)
+                took = _time(name, T, causal, "fwd", mods)
+                print(f"T={T} causal={causal} fixed {pick} {name} fwd: {took}", flush=True)
 
 
 if __name__ == "__main__":

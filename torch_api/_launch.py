@@ -50,11 +50,11 @@ def dtype_arg(output_dtype):
     return str(output_dtype).split(".")[-1] if isinstance(output_dtype, torch.dtype) else output_dtype
 
 
-def _allocate(spec, device):
+def _allocate(spec, device, poison: bool):
     dtype = _DTYPES[spec.dtype]
     if spec.fill is not None:
         return torch.full(spec.shape, spec.fill, dtype=dtype, device=device)
-    if poison_outputs():
+    if poison:
         fill = float("nan") if dtype.is_floating_point else -1
         return torch.full(spec.shape, fill, dtype=dtype, device=device)
     return torch.empty(spec.shape, dtype=dtype, device=device)
@@ -62,15 +62,22 @@ def _allocate(spec, device):
 
 def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Allocate the plan's outputs on the inputs' device and launch it."""
-    device = inputs[plan.input_names()[0]].device
+    names = plan.input_names()
+    device = inputs[names[0]].device
     if device.type == "cpu" and not is_interpreted(plan.kernel):
         raise RuntimeError(NO_BACKEND_MESSAGE)
     # 1-D index arrays are tiny; the kernels read them with unit stride.
-    inputs = {k: (v.contiguous() if v.dim() == 1 else v) for k, v in inputs.items()}
-    outputs = [_allocate(spec, device) for spec in plan.outputs]
-    if device.type == "cuda":
+    # Only the plan's own inputs are looked at: ``inputs`` holds every array
+    # of a multi-launch op, and this runs on every launch.
+    used = {}
+    for n in names:
+        t = inputs[n]
+        used[n] = t.contiguous() if t.dim() == 1 else t
+    poison = poison_outputs()
+    outputs = [_allocate(spec, device, poison) for spec in plan.outputs]
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            launch_direct(plan, inputs, outputs)
+            launch_direct(plan, used, outputs)
     else:
-        launch_direct(plan, inputs, outputs)
+        launch_direct(plan, used, outputs)
     return outputs

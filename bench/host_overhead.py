@@ -1,0 +1,119 @@
+"""A profiling aid (not part of ``nox -s bench``): where the host time of an
+eager PyTorch call goes, at shapes small enough that the GPU waits for the
+host.  Prints, per case, the time per call when calls are queued back to
+back (host-bound), the GPU time of one call (CUDA events), and the Python
+functions that took the most time (cProfile).  ``python -m bench.host_overhead``.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import sys
+import time
+
+
+def _rate(fn, torch, n=200):
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - start) / n
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - start) / n
+    return host, wall
+
+
+def _gpu(fn, torch):
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(20):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / 20 / 1e3
+
+
+def _profile(fn, lines=22):
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(50):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(lines)
+    return out.getvalue()
+
+
+def _cases(torch, torch_api, triton, tl):
+    def rand(*shape, grad=False):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
+
+    q, k, v = (rand(1, 1024, 16, 128, grad=True) for _ in range(3))
+
+    def lightning_fwd():
+        with torch.no_grad():
+            return torch_api.lightning_attn(q, k, v, layer_idx=2, num_layers=8)
+
+    def lightning_fwd_bwd():
+        o, _ = torch_api.lightning_attn(q, k, v, layer_idx=2, num_layers=8)
+        return torch.autograd.grad(o, [q, k, v], torch.ones_like(o))
+
+    fq, fk, fv = (rand(4, 1024, 16, 128) for _ in range(3))
+
+    def flash_fwd():
+        return torch_api.flash_attention(fq, fk, fv)
+
+    @triton.jit
+    def copy_kernel(x, y, n, s0, s1, s2, s3, s4, s5, s6, s7, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + i, tl.load(x + i, mask=i < n), mask=i < n)
+
+    x = torch.randn(4096, device="cuda")
+    y = torch.empty_like(x)
+
+    def bare_launch():
+        copy_kernel[(4,)](x, y, 4096, 1, 2, 3, 4, 5, 6, 7, 8, BLOCK=1024)
+
+    return {
+        "bare triton launch (12 args)": bare_launch,
+        "torch lightning fwd 1x1024": lightning_fwd,
+        "torch lightning fwd+bwd 1x1024": lightning_fwd_bwd,
+        "torch flash fwd 4x1024": flash_fwd,
+    }
+
+
+def main(argv):
+    import torch
+    import triton
+    import triton.language as tl
+
+    import torch_api
+    from torch_api import _launch
+
+    real = _launch.launch_direct
+    for name, fn in _cases(torch, torch_api, triton, tl).items():
+        host, wall = _rate(fn, torch)
+        gpu = _gpu(fn, torch)
+        print(
+            f"== {name}: host {host * 1e6:.0f} us/call, wall {wall * 1e6:.0f} us/call,"
+            f" gpu {gpu * 1e6:.0f} us/call"
+        )
+        if "bare" in name:
+            continue
+        # The same call with every kernel launch skipped: what our Python,
+        # the allocations and autograd cost without Triton's launcher.
+        _launch.launch_direct = lambda plan, inputs, outputs: None
+        try:
+            bare, _ = _rate(fn, torch)
+        finally:
+            _launch.launch_direct = real
+        print(f"   without the Triton launches: host {bare * 1e6:.0f} us/call")
+        print(_profile(fn), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
