@@ -1,6 +1,6 @@
 """A tuning aid (not part of ``nox -s bench``): for each length, the configs
 PyTorch's autotuner timed for ``flash_attention`` (forward, dK/dV, dQ) and
-the one it picked, and both bindings timed on that one config, so that a gap
+the ones it picked, and both bindings timed on those configs, so that a gap
 between JAX and PyTorch can be told apart from a different autotuning
 choice.  ``python -m bench.flash_configs [T ...]``."""
 
@@ -37,31 +37,36 @@ def main(argv):
     import torch_api
     from core_triton import flash_attention as core
 
-    core.MEASURED = False  # autotune head dim 128 too: this measures the choice
+    measured_choice = core._measured_choice
     lengths = [int(a) for a in argv] or [8192]
     mods = (torch, jax, jnp, torch_api, jax_api)
     for causal in (False, True):
         for T in lengths:
-            core.AUTOTUNE = True
+            # Autotune head dim 128 too (this measures the choice), afresh at
+            # this T; plans are cached, so flags only act on new ones.
+            core.MEASURED, core._measured_choice = False, measured_choice
+            core.attention_plans.cache_clear()
             for kind in ("fwd", "dkdv", "dq"):
-                core._tuned(kind, 128).cache.clear()  # tune again at this T
+                core._tuned(kind, 128).cache.clear()
             for mode in ("fwd", "fwd+bwd"):
                 for name in ("twinkernels torch", "twinkernels jax"):
                     took = _time(name, T, causal, mode, mods)
                     print(f"T={T} causal={causal} autotuned {name} {mode}: {took}", flush=True)
+            picks = {}
             for kind in ("fwd", "dkdv", "dq"):
-                tuned = core._tuned(kind, 128)
-                print(
-                    f"T={T} causal={causal} torch autotuner, {kind}: picked {tuned.best_config}", flush=True
-                )
-                print("\n".join(_timings(tuned)), flush=True)
-            best = core._tuned("fwd", 128).best_config
-            pick = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
-            core.AUTOTUNE = False
-            core._FIXED[128] = core._FWD_CONFIGS[128].index(pick)
-            for name in ("twinkernels torch", "twinkernels jax"):
-                took = _time(name, T, causal, "fwd", mods)
-                print(f"T={T} causal={causal} fixed {pick} {name} fwd: {took}", flush=True)
+                best = core._tuned(kind, 128).best_config
+                picks[kind] = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
+                print(f"T={T} causal={causal} torch autotuner, {kind}: picked {picks[kind]}", flush=True)
+                print("\n".join(_timings(core._tuned(kind, 128))), flush=True)
+            # Both bindings on torch's picks, no autotuning.
+            core._measured_choice = lambda kind, *_, picks=picks: picks[kind]
+            core.attention_plans.cache_clear()
+            for mode in ("fwd", "fwd+bwd"):
+                for name in ("twinkernels torch", "twinkernels jax"):
+                    took = _time(name, T, causal, mode, mods)
+                    print(f"T={T} causal={causal} fixed {name} {mode}: {took}", flush=True)
+    core.MEASURED, core._measured_choice = True, measured_choice
+    core.attention_plans.cache_clear()
 
 
 if __name__ == "__main__":

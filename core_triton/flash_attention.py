@@ -72,9 +72,6 @@ _DQ_CONFIGS = {
 # instead of an autotuning sweep: every flag combination would otherwise
 # compile and time every config.
 _FIXED = {64: 4, 128: 4, 256: 1}
-# False: the plain and causal paths take the fixed config too (a tuning aid:
-# bench/flash_configs.py times each binding on one config).
-AUTOTUNE = True
 _KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "NQP", "NKP", "DOT_PREC"]
 
 
@@ -85,7 +82,8 @@ _KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "NQP", "NKP", "DOT_PREC"]
 # binding to the other (jax-triton tunes with its own timer), which cost up
 # to 15% and made the two frameworks' results differ in their last bits.
 # A fixed choice gives both bindings the same compiled kernel.  Set
-# MEASURED = False to autotune these dims too (on another GPU, say).
+# MEASURED = False before the first call to autotune these dims too (on
+# another GPU, say); plans already made are cached as they were.
 MEASURED = True
 
 
@@ -367,9 +365,7 @@ def attention_plans(
     )
     # The plain and causal paths (what models run most) are autotuned; the
     # other features take one fixed config.
-    tuned = AUTOTUNE and not (
-        has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None
-    )
+    tuned = not (has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None)
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
 
     def kernel_and_grid(kind, table, rows, programs):

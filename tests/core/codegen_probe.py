@@ -64,8 +64,8 @@ def load_counts(ptx: str) -> dict[str, int]:
 
 def main(argv):
     causal = "causal" in argv
-    core.AUTOTUNE = False  # one fixed config: (64, 64, 4 warps, 3 stages) forward
-    core._FIXED[128] = core._FWD_CONFIGS[128].index((64, 64, 4, 3))
+    # Head dim 128 at T=1024 takes the measured short-sequence configs (no
+    # autotuning): forward 64x64 with 4 warps and 3 stages.
     B, T, H, D = 2, 1024, 4, 128
     q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
     plans, _ = core.plans(q, q, q, causal=causal)
