@@ -2,7 +2,7 @@
 PyTorch one.  jax-triton gives int arguments no divisibility-by-16
 specialisation; without the kernels' own stride hints, K/V tile loads turn
 into scalar 2-byte loads with no cp.async pipelining (seen on the H100: the
-JAX binding at 0.55x of PyTorch's speed on the same config).  Checked by
+JAX binding's flash forward at about half of PyTorch's speed).  Checked by
 compiling for sm_90 on the CPU (no GPU needed) in a subprocess, since tests
 may run Triton in interpreter mode."""
 
