@@ -1,5 +1,7 @@
 """``python -m bench [names...]``: run the benchmarks on a CUDA GPU and
-write tables (JSON) and plots under bench-results/."""
+write tables (JSON) and plots under bench-results/.  ``python -m bench ring
+[--jax] [T_local]`` runs the ring benchmark over every visible GPU instead
+(not in the default set: it needs two or more)."""
 
 import os
 import sys
@@ -10,6 +12,12 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def main(argv):
+    if argv[:1] == ["ring"]:
+        # Several GPUs and its own processes (or a JAX Mesh): see bench/ring.py.
+        from bench import ring
+
+        ring.main(argv[1:])
+        return
     import torch
 
     if not torch.cuda.is_available():

@@ -1,8 +1,10 @@
 """A profiling aid (not part of ``nox -s bench``): where the host time of an
 eager PyTorch call goes, at shapes small enough that the GPU waits for the
-host.  Prints, per case, the time per call when calls are queued back to
-back (host-bound), the GPU time of one call (CUDA events), and the Python
-functions that took the most time (cProfile).  ``python -m bench.host_overhead``.
+host.  Prints, per case, the host time per call when calls are queued back
+to back, the wall time per call, the GPU time of one call alone (replayed
+from a CUDA graph, so no host work), and the Python functions that took the
+most time (cProfile; the main thread only, so not the backward, which
+autograd runs on its device thread).  ``python -m bench.host_overhead``.
 """
 
 from __future__ import annotations
@@ -27,14 +29,26 @@ def _rate(fn, torch, n=200):
 
 
 def _gpu(fn, torch):
+    """GPU time of one call: captured once in a CUDA graph, then replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # capture wants the allocations warmed up off the main stream
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    for _ in range(3):
+        graph.replay()
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
-    for _ in range(20):
-        fn()
+    for _ in range(50):
+        graph.replay()
     b.record()
     torch.cuda.synchronize()
-    return a.elapsed_time(b) / 20 / 1e3
+    return a.elapsed_time(b) / 50 / 1e3
 
 
 def _profile(fn, lines=22):
@@ -67,6 +81,12 @@ def _cases(torch, torch_api, triton, tl):
     def flash_fwd():
         return torch_api.flash_attention(fq, fk, fv)
 
+    leaves = [x.detach().requires_grad_(True) for x in (fq, fk, fv)]
+    fdo = torch.randn_like(fq)
+
+    def flash_fwd_bwd():
+        return torch.autograd.grad(torch_api.flash_attention(*leaves), leaves, fdo)
+
     @triton.jit
     def copy_kernel(x, y, n, s0, s1, s2, s3, s4, s5, s6, s7, BLOCK: tl.constexpr):
         i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -83,6 +103,7 @@ def _cases(torch, torch_api, triton, tl):
         "torch lightning fwd 1x1024": lightning_fwd,
         "torch lightning fwd+bwd 1x1024": lightning_fwd_bwd,
         "torch flash fwd 4x1024": flash_fwd,
+        "torch flash fwd+bwd 4x1024": flash_fwd_bwd,
     }
 
 
@@ -100,7 +121,7 @@ def main(argv):
         gpu = _gpu(fn, torch)
         print(
             f"== {name}: host {host * 1e6:.0f} us/call, wall {wall * 1e6:.0f} us/call,"
-            f" gpu {gpu * 1e6:.0f} us/call"
+            f" gpu alone (CUDA graph) {gpu * 1e6:.0f} us/call"
         )
         if "bare" in name:
             continue
