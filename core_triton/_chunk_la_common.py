@@ -7,9 +7,11 @@ Layouts (all contiguous, time-first, rows of the flattened ``[B*T]`` axis):
 dim + feature``, computed in int64.
 
 Chunks of ``BT`` tokens start at each sequence's first token.  Chunk states
-live in ``h [B * NT or NS, H, K, V]``: one *slot* per chunk (batched input:
-``slot = b * NT + c``; packed input: ``slot = chunk_offsets[n] + c``, with
-``NS = cdiv(T, BT) + N`` slots, an upper bound known from shapes alone).
+live in ``h [NS, H, K, V]``: one *slot* per chunk (batched input:
+``slot = b * NT + c`` with ``NS = B * NT``; packed input: ``slot =
+chunk_offsets[n] + c``, with ``NS = cdiv(T, BT) + N`` slots, an upper bound
+known from shapes alone).  Where a sequence and its chunks lie comes from
+core_triton.sequences, which clamps both into the tensors.
 
 Gate convention inside a chunk, for both directions: ``b[i]`` is the log
 decay from the chunk boundary where the state *enters* (the first token
@@ -30,7 +32,6 @@ import triton
 import triton.language as tl
 
 from core_triton.runtime import interpreter_requested
-from core_triton.segment_cumsum import _find_sequence
 
 # Triton 3.9's interpreter multiplies bfloat16 tiles as raw 16-bit integers
 # (tl.dot of two bfloat16 tiles returns garbage there); it gets float32
@@ -73,53 +74,6 @@ def update_dot(a, b, IEEE: tl.constexpr, STATE_F32: tl.constexpr):
     else:
         out = dot(a.to(b.dtype), b, IEEE)
     return out
-
-
-@triton.jit
-def sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN: tl.constexpr):
-    """(bos, eos, first slot) of sequence ``i_n``: rows ``[bos, eos)`` of the
-    flattened time axis, clamped to it (traced ``cu_seqlens`` are not
-    checked on the host)."""
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-        slot0 = tl.load(chunk_offsets + i_n).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), T)
-        eos = tl.minimum(tl.maximum(eos, bos), T)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-        slot0 = i_n.to(tl.int64) * NT
-    return bos, eos, slot0
-
-
-@triton.jit
-def chunk_window(
-    cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, BT: tl.constexpr, IS_VARLEN: tl.constexpr
-):
-    """Where chunk slot ``i_s`` of batch row ``i_b`` lies.
-
-    Returns ``(i_n, bos, eos, ts, te, slot)``: its sequence and that
-    sequence's rows ``[bos, eos)``,
-    its own rows ``[ts, te)`` (empty for the spare slots of packed input)
-    and its index into the chunk-state buffers."""
-    if IS_VARLEN:
-        # The grid has an upper bound of slots; those past the real chunk
-        # count get an empty window.
-        valid = i_s < tl.load(chunk_offsets + N)
-        i_n = _find_sequence(chunk_offsets, i_s, N, n_iter)
-        bos, eos, slot0 = sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN)
-        ts = bos + (i_s - slot0) * BT
-        eos = tl.where(valid, eos, bos)
-        slot = i_s.to(tl.int64)
-    else:
-        i_n = i_b
-        bos = i_b.to(tl.int64) * T
-        eos = bos + T
-        ts = bos + i_s.to(tl.int64) * BT
-        slot = i_b.to(tl.int64) * NT + i_s
-    te = tl.minimum(ts + BT, eos)
-    return i_n, bos, eos, ts, te, slot
 
 
 @triton.jit

@@ -8,20 +8,20 @@ from dataclasses import dataclass
 
 from core_triton import checks
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.runtime import is_interpreted
 from core_triton.segment_cumsum import segment_cumsum_kernel
 from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
 
 # Tiles hold about this many float32 values: enough per load to keep a
 # Hopper SM busy, few enough to stay in registers.
 _TILE_ELEMENTS = 4096
-# A one-launch global scan is sequential along time, so it gets one program
-# per (sequence, feature tile); with fewer than this many (a couple per SM),
-# and sequences long enough to split, it runs as two launches over chunks.
-_MIN_GLOBAL_PROGRAMS = 512
-_SPLIT_MIN_SEQ_LEN = 1024
-# The split scan sizes its chunks for about this many programs.
-_SPLIT_TARGET_PROGRAMS = 1024
-_SPLIT_MAX_CHUNK = 8192
+# A whole-sequence scan runs as two launches over chunks of this many tokens
+# (chunk totals, then scans that start from them), whatever the lengths and
+# the number of sequences: a block size that followed either would compile
+# a new kernel whenever packed training changes them.  Under the
+# interpreter, shorter chunks make the tests' short sequences span several.
+_GLOBAL_CHUNK = 256
+_GLOBAL_CHUNK_INTERPRETED = 64
 
 
 @dataclass(frozen=True)
@@ -39,20 +39,18 @@ class CumsumPlans:
 # (PyTorch, or JAX outside jit) does not rebuild them every time.
 @functools.lru_cache(maxsize=1024)
 def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
-    if chunk is None:
-        chunk = _split_chunk(x, cu_seqlens, head_first)
-        split = chunk is not None
-    else:
-        split = False
+    """``chunk=None``: one window per sequence (the global scan)."""
+    split = chunk is None
+    if split:
+        chunk = _GLOBAL_CHUNK_INTERPRETED if is_interpreted(segment_cumsum_kernel) else _GLOBAL_CHUNK
     options = dict(chunk=chunk, split=split, scale=scale, head_first=head_first)
     forward = plan(x, cu_seqlens, reverse=reverse, out_dtype=out_dtype, **options)
     # d/dx of a windowed running sum is the opposite-direction running sum
-    # over the same windows, scaled alike, in the input's dtype.  The
-    # cotangent has x's shape, so the backward makes the same split choice.
+    # over the same windows, scaled alike, in the input's dtype.
     backward = functools.partial(
         plan, cu_seqlens=cu_seqlens, reverse=not reverse, out_dtype=x.dtype, **options
     )
-    offsets = chunk if (cu_seqlens is not None and chunk is not None) else None
+    offsets = chunk if cu_seqlens is not None else None
     return CumsumPlans(forward, backward, offsets)
 
 
@@ -61,30 +59,6 @@ def _local_tile(chunk: int, F: int) -> tuple[int, int]:
     bytes of float32, whole cache lines), time filling the rest of the tile."""
     bf = min(next_power_of_2(F), 64)
     return min(chunk, max(16, _TILE_ELEMENTS // bf)), bf
-
-
-def _global_tile(T: int, F: int, rows: int) -> tuple[int, int]:
-    """(BT, BF) of a one-launch global scan: feature tiles as wide as 128
-    but split down to 16 while there are too few programs."""
-    bt = min(64, next_power_of_2(max(T, 1)))
-    bf = min(128, next_power_of_2(F))
-    while bf > 16 and rows * cdiv(F, bf) < _MIN_GLOBAL_PROGRAMS:
-        bf //= 2
-    return bt, bf
-
-
-def _split_chunk(x: TensorInfo, cu_seqlens: TensorInfo | None, head_first: bool) -> int | None:
-    """Chunk length for a two-launch global scan, or None for one launch."""
-    (B, T, H, S), _ = _layout(x, head_first)
-    F = H * S
-    rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else B
-    _, bf = _global_tile(T, F, rows)
-    if rows * cdiv(F, bf) >= _MIN_GLOBAL_PROGRAMS or T < _SPLIT_MIN_SEQ_LEN:
-        return None
-    batch_rows = 1 if cu_seqlens is not None else B
-    per_chunk_programs = batch_rows * cdiv(F, _local_tile(_SPLIT_MAX_CHUNK, F)[1])
-    chunk = next_power_of_2(cdiv(T * per_chunk_programs, _SPLIT_TARGET_PROGRAMS))
-    return min(max(chunk, 64), _SPLIT_MAX_CHUNK)
 
 
 def _layout(x: TensorInfo, head_first: bool):
@@ -106,6 +80,22 @@ def _layout(x: TensorInfo, head_first: bool):
 def _divisible_by_16_mask(ints) -> int:
     """Bit k set when ints[k] is a multiple of 16 (and not 0 or 1)."""
     return sum(1 << k for k, v in enumerate(ints) if v > 1 and v % 16 == 0)
+
+
+def _length_free_strides(shape, strides, t_axis: int) -> tuple[int, ...]:
+    """``strides`` with every stride that grows with the sequence length
+    replaced by its value at length 1, when the layout is row-major (then
+    the true stride is that value times the length, so a multiple of 16
+    stays one whatever the length).  The divisibility hints, compile-time
+    constants, then do not change from one length to the next.  Other
+    layouts keep their own strides."""
+    if tuple(strides) != contiguous_strides(shape):
+        return tuple(strides)
+    one = list(shape)
+    one[t_axis] = 1
+    return tuple(
+        s if i >= t_axis else c for i, (s, c) in enumerate(zip(strides, contiguous_strides(one), strict=True))
+    )
 
 
 def validate(
@@ -168,18 +158,21 @@ def plan(
         ob, ot, oh, os_ = out_strides
     varlen = cu_seqlens is not None
     n_seq = cu_seqlens.shape[0] - 1 if varlen else B
-    is_global = chunk is None
-
-    if is_global:
-        bt, bf = _global_tile(T, F, n_seq)
-        # Axis 0 enumerates sequences of packed input; batch rows go on axis 1.
-        grid = (n_seq, 1, cdiv(F, bf)) if varlen else (1, B, cdiv(F, bf))
-    else:
-        bt, bf = _local_tile(chunk, F)
-        slots = cdiv(T, chunk) + (n_seq if varlen else 0)
-        grid = (slots, 1 if varlen else B, cdiv(F, bf))
+    bt, bf = _local_tile(chunk, F)
+    slots = cdiv(T, chunk) + (n_seq if varlen else 0)
+    grid = (slots, 1 if varlen else B, cdiv(F, bf))
     if B * T * F == 0:
         grid = (0, 0, 0)
+    # What is known of each stride whatever the length (see the function).
+    t_axis = 2 if head_first else 1
+    free_x = _length_free_strides(x.shape, x.strides, t_axis)
+    free_o = _length_free_strides(x.shape, contiguous_strides(x.shape), t_axis)
+    if x.ndim == 3:
+        free_x, free_o = (*free_x, 1), (*free_o, 1)
+    order = (0, 2, 1, 3) if head_first else (0, 1, 2, 3)  # to (b, t, h, s)
+    free = [free_x[i] for i in order] + [free_o[i] for i in order]
+    actual = (sb, st, sh, ss, ob, ot, oh, os_)
+    unit = sum(1 << k for k, (f, a) in enumerate(zip(free, actual, strict=True)) if f == a == 1)
 
     def launch(pass_, inputs_totals, output):
         return LaunchPlan(
@@ -188,7 +181,7 @@ def plan(
             params=(
                 In("x"),
                 In("cu_seqlens") if varlen else In("x"),
-                In("chunk_offsets") if (varlen and not is_global) else In("x"),
+                In("chunk_offsets") if varlen else In("x"),
                 In("totals") if inputs_totals else In("x"),
                 T,
                 F,
@@ -208,21 +201,23 @@ def plan(
             output_names=("totals",) if pass_ == 1 else ("out",),
             constexprs=dict(
                 S=S,
-                CHUNK=1 if is_global else chunk,
+                CHUNK=chunk,
                 BT=bt,
                 BF=bf,
-                GLOBAL=is_global,
                 REVERSE=reverse,
                 IS_VARLEN=varlen,
                 HAS_SCALE=scale is not None,
-                DIV16=_divisible_by_16_mask((sb, st, sh, ob, ot, oh, T, F)),
+                DIV16=_divisible_by_16_mask((*free, F)),
+                UNIT=unit,
                 PASS=pass_,
             ),
             num_warps=4,
-            num_stages=3 if is_global else 2,
+            num_stages=2,
         )
 
-    result = OutputSpec(tuple(x.shape), out_dtype)
+    # Packed input: tokens that no sequence covers (traced cu_seqlens that
+    # break the contract) are written by no program; zero-filled, they get 0.
+    result = OutputSpec(tuple(x.shape), out_dtype, 0.0 if varlen else None)
     if not split:
         return (launch(0, False, result),)
     totals = OutputSpec((grid[0], grid[1], F), "float32")

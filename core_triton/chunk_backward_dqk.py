@@ -33,13 +33,14 @@ Inputs: ``q``, ``k``, ``v``, ``gc``, ``g_gamma``, ``h``, ``do``, ``dh``,
 ``w [B*T, H]`` float32.
 """
 
-import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
+from core_triton._chunk_la_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.runtime import jit
+from core_triton.sequences import chunk_of_slot
 
 
-@triton.jit
+@jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def chunk_backward_dqk_kernel(
     q,
     k,
@@ -58,6 +59,7 @@ def chunk_backward_dqk_kernel(
     N,
     n_iter,
     NT,
+    NS,
     dq,
     dk,
     w,
@@ -81,9 +83,11 @@ def chunk_backward_dqk_kernel(
     i_bh = tl.program_id(1)
     i_b = i_bh // H
     i_h = i_bh % H
-    i_n, bos, eos, ts, te, slot = chunk_window(
-        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, BT, IS_VARLEN
+    i_n, bos, eos, ts, te, slot = chunk_of_slot(
+        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
     )
+    if te <= ts:
+        return  # a spare slot of packed input: no rows, and its state slot was never written
 
     o_t = ts + tl.arange(0, BT).to(tl.int64)
     m_t = o_t < te

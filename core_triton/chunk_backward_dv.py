@@ -15,13 +15,14 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``gc``, ``g_gamma``,
 ``chunk_offsets``.  Output: ``dv [B*T, H, V]`` in the inputs' dtype.
 """
 
-import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
+from core_triton._chunk_la_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.runtime import jit
+from core_triton.sequences import chunk_of_slot
 
 
-@triton.jit
+@jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def chunk_backward_dv_kernel(
     q,
     k,
@@ -36,6 +37,7 @@ def chunk_backward_dv_kernel(
     N,
     n_iter,
     NT,
+    NS,
     dv,
     HQ: tl.constexpr,
     H: tl.constexpr,
@@ -57,7 +59,11 @@ def chunk_backward_dv_kernel(
     i_bh = tl.program_id(2)
     i_b = i_bh // H
     i_h = i_bh % H
-    _, _, _, ts, te, slot = chunk_window(cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, BT, IS_VARLEN)
+    _, _, _, ts, te, slot = chunk_of_slot(
+        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    )
+    if te <= ts:
+        return  # a spare slot of packed input: no rows, and its state slot was never written
 
     o_t = ts + tl.arange(0, BT).to(tl.int64)
     m_t = o_t < te

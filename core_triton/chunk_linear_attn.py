@@ -39,14 +39,13 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from core_triton import _cumsum_plan, _linear_attn_args, checks
+from core_triton import _cumsum_plan, _linear_attn_args, checks, head_sum
 from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans
 from core_triton.chunk_backward_dqk import chunk_backward_dqk_kernel
 from core_triton.chunk_backward_dv import chunk_backward_dv_kernel
 from core_triton.chunk_output import chunk_output_kernel
 from core_triton.chunk_state import chunk_state_kernel
 from core_triton.chunk_state_backward import chunk_state_backward_kernel
-from core_triton.head_sum import head_sum_kernel
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.runtime import is_interpreted
 from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
@@ -167,6 +166,10 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     state_f32 = ieee or use_g
     h_dtype = "float32" if state_f32 else a.dtype
     h_shape = (B * NS, H, K, V)
+    # Packed input: rows that no sequence covers (only possible when traced
+    # cu_seqlens break the contract) are written by no program; zero-filled
+    # they give output 0 and gradient 0 (core_triton.sequences).
+    token_fill = 0.0 if a.packed else None
     state_shape = (N, H, K, V)
 
     def opt(name, present):
@@ -229,20 +232,20 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             "chunk_state",
             chunk_state_kernel,
             state_grid,
-            params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT),
+            params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT, NS),
             outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, "float32")),
             output_names=("h", "final"),
             constexprs=dict(H=H, K=K, V=V, USE_H0=use_h0, **flags),
         )
     )
-    scalars = (a.scale, T, N, n_iter, NT)
+    scalars = (a.scale, T, N, n_iter, NT, NS)
     forward.append(
         tiled(
             "chunk_output",
             chunk_output_kernel,
             slot_grid(HQ),
             params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
-            outputs=(OutputSpec((B, T, HQ, V), a.dtype),),
+            outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
             output_names=("o",),
             constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
         )
@@ -253,7 +256,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             "chunk_state_backward",
             chunk_state_backward_kernel,
             state_grid,
-            params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT),
+            params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT, NS),
             outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, h0_dtype or "float32")),
             output_names=("dh", "dh0"),
             constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
@@ -263,7 +266,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             chunk_backward_dv_kernel,
             slot_grid(H),
             params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
-            outputs=(OutputSpec((B, T, H, V), a.dtype),),
+            outputs=(OutputSpec((B, T, H, V), a.dtype, token_fill),),
             output_names=("dv",),
             constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
         ),
@@ -287,8 +290,8 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
                 *scalars,
             ),
             outputs=(
-                OutputSpec((B, T, HQ, K), a.dtype),
-                OutputSpec((B, T, H, K), a.dtype),
+                OutputSpec((B, T, HQ, K), a.dtype, token_fill),
+                OutputSpec((B, T, H, K), a.dtype, token_fill),
                 # Without gates the kernel writes no w: a zero-filled stand-in.
                 OutputSpec((B, T, H), "float32") if gated else OutputSpec((1,), "float32", fill=0.0),
             ),
@@ -317,29 +320,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         if use_g:
             grads.append(("g", "dg"))
     if use_gamma:
-        bf = min(next_power_of_2(H), 64)
-        # Rows per block: small under the interpreter, so that the tests'
-        # short inputs still spread over several programs.
-        br = 16 if interpreted else max(16, min(64, 4096 // bf))
-        R = B * T
-        # Pass 1: about 4 row blocks per program, at most 1024 programs;
-        # pass 2 sums the partials.
-        P = max(1, min(1024, cdiv(R, 4 * br)))
-        passes = (
-            (R, cdiv(R, P), P, "dg", OutputSpec((P, H), "float32"), "dg_gamma_parts"),
-            (P, P, 1, "dg_gamma_parts", OutputSpec((H,), gamma_dtype), "dg_gamma"),
-        )
-        for rows, rows_each, programs, src, spec, name in passes:
-            backward.append(
-                LaunchPlan(
-                    kernel=head_sum_kernel,
-                    grid=(cdiv(H, bf), programs),
-                    params=(In(src), rows, rows_each),
-                    outputs=(spec,),
-                    output_names=(name,),
-                    constexprs=dict(F=H, BR=br, BF=bf),
-                )
-            )
+        backward += head_sum.plans("dg", B * T, H, gamma_dtype, "dg_gamma", interpreted)
         grads.append(("g_gamma", "dg_gamma"))
     if use_h0:
         grads.append(("initial_state", "dh0"))

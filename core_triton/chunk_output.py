@@ -13,13 +13,14 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc``,
 Output: ``o [B*T, HQ, V]`` in the inputs' dtype.
 """
 
-import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, chunk_window, dot, intra_decay, state_dot
+from core_triton._chunk_la_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.runtime import jit
+from core_triton.sequences import chunk_of_slot
 
 
-@triton.jit
+@jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def chunk_output_kernel(
     q,
     k,
@@ -34,6 +35,7 @@ def chunk_output_kernel(
     N,
     n_iter,
     NT,
+    NS,
     o,
     HQ: tl.constexpr,
     H: tl.constexpr,
@@ -55,7 +57,11 @@ def chunk_output_kernel(
     i_b = i_bh // HQ
     i_hq = i_bh % HQ
     i_h = i_hq // (HQ // H)
-    _, _, _, ts, te, slot = chunk_window(cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, BT, IS_VARLEN)
+    _, _, _, ts, te, slot = chunk_of_slot(
+        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    )
+    if te <= ts:
+        return  # a spare slot of packed input: no rows, and its state slot was never written
 
     o_t = ts + tl.arange(0, BT).to(tl.int64)
     m_t = o_t < te

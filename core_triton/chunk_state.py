@@ -15,13 +15,14 @@ multiply it on the tensor cores in that dtype), ``final [N, H, K, V]``
 float32, the state after the last chunk.
 """
 
-import triton
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, sequence_bounds, update_dot
+from core_triton._chunk_la_common import chunk_gates, update_dot
+from core_triton.runtime import jit
+from core_triton.sequences import sequence_chunks
 
 
-@triton.jit
+@jit(sizes=("T", "NT", "NS"))
 def chunk_state_kernel(
     k,
     v,
@@ -32,6 +33,7 @@ def chunk_state_kernel(
     chunk_offsets,
     T,
     NT,
+    NS,
     h,
     final,
     H: tl.constexpr,
@@ -53,8 +55,8 @@ def chunk_state_kernel(
     i_nh = tl.program_id(2)
     i_n = i_nh // H
     i_h = i_nh % H
-    bos, eos, slot0 = sequence_bounds(cu_seqlens, chunk_offsets, i_n, T, NT, IS_VARLEN)
-    n_chunks = tl.cdiv(eos - bos, BT).to(tl.int32)
+    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    n_chunks = n_chunks.to(tl.int32)
 
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)

@@ -9,11 +9,14 @@ alone took 50 us for 16k rows on the H100); the second sums the ``[P, F]``
 partials with ``P = 1``.  The last output has the parameter's dtype.
 """
 
-import triton
 import triton.language as tl
 
+from core_triton.launch import In, LaunchPlan, OutputSpec
+from core_triton.runtime import jit
+from core_triton.utils import cdiv, next_power_of_2
 
-@triton.jit
+
+@jit(sizes=("R", "RC"))
 def head_sum_kernel(x, R, RC, out, F: tl.constexpr, BR: tl.constexpr, BF: tl.constexpr):
     o_f = tl.program_id(0) * BF + tl.arange(0, BF)
     i_p = tl.program_id(1).to(tl.int64)
@@ -26,3 +29,34 @@ def head_sum_kernel(x, R, RC, out, F: tl.constexpr, BR: tl.constexpr, BF: tl.con
         m = (o_r < r1)[:, None] & m_f[None, :]
         acc += tl.load(x + o_r[:, None] * F + o_f[None, :], mask=m, other=0).to(tl.float32)
     tl.store(out + i_p * F + o_f, tl.sum(acc, axis=0).to(out.dtype.element_ty), mask=m_f)
+
+
+def plans(src: str, rows: int, features: int, dtype: str, output_name: str, interpreted: bool):
+    """The two launches that sum input ``src`` (``[rows, features]`` float32)
+    over its rows into ``output_name`` (``[features]``, ``dtype``).
+
+    ``rows`` (a token count, or sequences times value tiles) reaches the
+    kernel as a run-time argument and sets only the grid: a new number of
+    tokens or packed sequences compiles nothing new."""
+    bf = min(next_power_of_2(features), 64)
+    # Rows per block: small under the interpreter, so that the tests' short
+    # inputs still spread over several programs.
+    br = 16 if interpreted else max(16, min(64, 4096 // bf))
+    # Pass 1: about 4 row blocks per program, at most 1024 programs; pass 2
+    # sums the partials.
+    P = max(1, min(1024, cdiv(rows, 4 * br)))
+    passes = (
+        (rows, cdiv(rows, P), P, src, OutputSpec((P, features), "float32"), f"{output_name}_parts"),
+        (P, P, 1, f"{output_name}_parts", OutputSpec((features,), dtype), output_name),
+    )
+    return tuple(
+        LaunchPlan(
+            kernel=head_sum_kernel,
+            grid=(cdiv(features, bf), programs),
+            params=(In(name), n_rows, rows_each),
+            outputs=(spec,),
+            output_names=(out,),
+            constexprs=dict(F=features, BR=br, BF=bf),
+        )
+        for n_rows, rows_each, programs, name, spec, out in passes
+    )

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 
-from core_triton import reduce_partials
+from core_triton import head_sum, reduce_partials
 from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans, validate
 from core_triton.checks import check_cu_seqlens_values
 from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.recurrent_bwd import recurrent_bwd_kernel
 from core_triton.recurrent_fwd import recurrent_fwd_kernel
+from core_triton.runtime import is_interpreted
 from core_triton.utils import cdiv, next_power_of_2
 
 GATES = ("g", "g_gamma", "gk", "gv")
@@ -67,7 +68,8 @@ def _warps(bk: int, bv: int, backward: bool) -> int:
 
 def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
     """(BK, BV): all of K in one tile; value tiles as wide as the state tile
-    allows, narrower (down to 16) while there are too few programs."""
+    allows, narrower (down to 16) while there are too few programs
+    (``programs``: state heads of one sequence)."""
     bk = next_power_of_2(K)
     bv = min(next_power_of_2(V), max(16, _STATE_TILE // bk))
     while bv > 16 and programs * cdiv(V, bv) < _MIN_PROGRAMS:
@@ -80,7 +82,15 @@ def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
 def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> LinearAttnPlans:
     dtypes = dict(dtypes)
     B, T, HQ, H, K, V, N, G = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N, a.G
-    bk, bv = tiles(K, V, N * H)
+    # Tiles from the head count alone: a block size that followed the batch
+    # or the number of packed sequences would compile a new kernel whenever
+    # packed training changes it.
+    bk, bv = tiles(K, V, H)
+    interpreted = is_interpreted(recurrent_fwd_kernel)
+    # Packed input: tokens that no sequence covers (traced cu_seqlens that
+    # break the contract) are visited by no program; zero-filled, they get
+    # output 0 and gradient 0 (core_triton.sequences).
+    token_fill = 0.0 if a.packed else None
     nv = cdiv(V, bv)
     grid = (nv, N * H)
     if N * H == 0:
@@ -119,7 +129,7 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
         kernel=recurrent_fwd_kernel,
         grid=grid,
         params=(*operands, index, T, a.scale),
-        outputs=(OutputSpec((B, T, HQ, V), a.dtype), OutputSpec((N, H, K, V), "float32")),
+        outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill), OutputSpec((N, H, K, V), "float32")),
         constexprs=flags,
         num_warps=_warps(bk, bv, backward=False),
         num_stages=1,
@@ -130,15 +140,17 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
     unused = OutputSpec((1,), "float32")
 
     def partial(name, shape):
-        return OutputSpec((nv, *shape), "float32") if name in dtypes or name in ("query", "key") else unused
+        if name in dtypes or name in ("query", "key"):
+            return OutputSpec((nv, *shape), "float32", token_fill)
+        return unused
 
     bwd_outputs = (
         partial("query", (B, T, HQ, K)),
         partial("key", (B, T, H, K)),
-        OutputSpec((B, T, H, V), a.dtype),
+        OutputSpec((B, T, H, V), a.dtype, token_fill),
         partial("g", (B, T, H)),
         partial("gk", (B, T, H, K)),
-        OutputSpec((B, T, H, V), "float32") if "gv" in dtypes else unused,
+        OutputSpec((B, T, H, V), "float32", token_fill) if "gv" in dtypes else unused,
         OutputSpec((N * nv, H), "float32") if "g_gamma" in dtypes else unused,
         OutputSpec((N, H, K, V), dtypes["initial_state"]) if "initial_state" in dtypes else unused,
     )
@@ -172,7 +184,9 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
     if "gv" in dtypes:
         backward.append(reduce_partials.plan("dgv_f32", 1, (B, T, H, V), dtypes["gv"], "d_gv"))
     if "g_gamma" in dtypes:
-        backward.append(reduce_partials.plan("dgamma_parts", N * nv, (H,), dtypes["g_gamma"], "d_g_gamma"))
+        # N * nv partials: summed by run-time loops, so a new number of
+        # packed sequences compiles nothing (a constexpr count did).
+        backward += head_sum.plans("dgamma_parts", N * nv, H, dtypes["g_gamma"], "d_g_gamma", interpreted)
     inputs = ("query", "key", "value", *(n for n in (*GATES, "initial_state") if n in dtypes))
     grads = tuple((n, f"d_{n}") for n in inputs)
     return LinearAttnPlans(a, (forward,), tuple(backward), inputs, (), (), grads)

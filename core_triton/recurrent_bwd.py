@@ -28,13 +28,19 @@ buffers that a reduction launch sums and casts; ``dv``, ``dgv`` and
 ``d_initial_state`` are complete in one program.
 """
 
-import triton
 import triton.language as tl
 
-from core_triton.recurrent_fwd import decay_state, sequence_bounds
+from core_triton.recurrent_fwd import decay_state
+from core_triton.runtime import jit
+from core_triton.sequences import sequence_bounds
 
 
-@triton.jit
+@jit(
+    sizes=(
+        "T",
+        "ROWS",
+    )
+)
 def recurrent_bwd_kernel(
     q,
     k,

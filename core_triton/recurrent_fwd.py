@@ -15,25 +15,16 @@ parallelism: the grid is ``(cdiv(V, BV), N * H)``.
 Layouts (contiguous): q ``[B*T, HQ, K]``, k ``[B*T, H, K]``, v ``[B*T, H, V]``,
 g ``[B*T, H]``, g_gamma ``[H]``, gk ``[B*T, H, K]``, gv ``[B*T, H, V]``,
 h0/ht ``[N, H, K, V]``; o ``[B*T, HQ, V]`` in the input's dtype.  Rows of a
-sequence are ``bos .. eos-1`` of the flattened ``B*T`` axis; offsets are
+sequence are ``bos .. eos-1`` of the flattened ``B*T`` axis (clamped into
+it: core_triton.sequences); offsets are
 64-bit so tensors past 2**31 elements index correctly.
 """
 
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def sequence_bounds(cu_seqlens, i_n, T, IS_VARLEN: tl.constexpr):
-    """First and one-past-last row of sequence ``i_n`` on the flattened
-    ``B*T`` axis, as int64."""
-    if IS_VARLEN:
-        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-    return bos, eos
+from core_triton.runtime import jit
+from core_triton.sequences import sequence_bounds
 
 
 @triton.jit
@@ -71,7 +62,7 @@ def decay_state(
     return b_h
 
 
-@triton.jit
+@jit(sizes=("T",))
 def recurrent_fwd_kernel(
     q,
     k,

@@ -7,16 +7,16 @@ partials here so that the sum has a fixed order: both bindings, and every
 run, get the same bits.
 """
 
-import triton
 import triton.language as tl
 
 from core_triton.launch import In, LaunchPlan, OutputSpec
+from core_triton.runtime import jit
 from core_triton.utils import cdiv, prod
 
 _BLOCK = 1024
 
 
-@triton.jit
+@jit(sizes=("M",))
 def reduce_partials_kernel(x, M, out, P: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M

@@ -6,8 +6,8 @@ NO_BACKEND_MESSAGE = (
     "twinkernels runs its Triton kernels on a CUDA GPU, or on the CPU through "
     "Triton's interpreter. These inputs are on the CPU and the kernels were "
     "compiled for a GPU: set the environment variable TRITON_INTERPRET=1 "
-    "before importing twinkernels (and triton) to run them on the CPU, or "
-    "move the inputs to a CUDA device."
+    "before importing jax_api or torch_api (and triton) to run them on the "
+    "CPU, or move the inputs to a CUDA device."
 )
 
 
@@ -22,6 +22,26 @@ def is_interpreted(kernel) -> bool:
     while hasattr(kernel, "fn") and type(kernel).__name__ in ("Autotuner", "Heuristics"):
         kernel = kernel.fn
     return type(kernel).__name__ == "InterpretedFunction"
+
+
+def jit(*, sizes: tuple[str, ...] = ()):
+    """``triton.jit`` for our kernels.  ``sizes`` names the int arguments
+    that change from call to call with the data (sequence lengths, numbers
+    of sequences, row counts): Triton's launcher then passes them without
+    specialising on their value (no "equals 1" or "multiple of 16"
+    variant), so a new length or a new number of packed sequences runs the
+    kernel already compiled.  Only block sizes, head dims, head counts and
+    options are compile-time constants.  The names are kept as
+    ``kernel.runtime_sizes`` so the tests can check every plan against
+    them (jax-triton still makes an int equal to 1 a constant)."""
+    import triton
+
+    def decorate(fn):
+        kernel = triton.jit(do_not_specialize=list(sizes))(fn)
+        kernel.runtime_sizes = tuple(sizes)
+        return kernel
+
+    return decorate
 
 
 def autotune(configs, key, **kwargs):

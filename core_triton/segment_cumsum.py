@@ -6,18 +6,17 @@ head-first and non-contiguous layouts need no copy.  Each program scans one
 *window* of time for one tile of ``BF`` features, in blocks of ``BT``
 tokens, carrying the running sum between blocks:
 
-* local mode: a window is one chunk of ``chunk_size`` tokens of one
-  sequence; program axis 0 enumerates chunks (for packed input, chunk slot
-  ``i`` is mapped to its sequence by a binary search over the cumulative
-  chunk counts ``chunk_offsets``);
-* global mode: a window is a whole sequence; program axis 0 enumerates
-  sequences.
+a window is one chunk of ``CHUNK`` tokens of one sequence; program axis 0
+enumerates chunk slots (for packed input, chunk slot ``i`` is mapped to its
+sequence by a binary search over the cumulative chunk counts
+``chunk_offsets``, clamped as core_triton.sequences says).
 
-A global scan with too few (sequence, feature-tile) pairs to fill the GPU
-runs as two local-mode launches over chunks of ``CHUNK`` tokens instead:
-``PASS=1`` writes each chunk's total to ``out`` (``[slots, rows, F]``
-float32), and ``PASS=2`` starts each chunk's scan from the sum of the totals
-of the chunks before it (``REVERSE``: after it) in the same sequence.
+A whole-sequence (global) scan is two launches over chunks of a fixed
+``CHUNK``: ``PASS=1`` writes each chunk's total to ``out`` (``[slots, rows,
+F]`` float32), and ``PASS=2`` starts each chunk's scan from the sum of the
+totals of the chunks before it (``REVERSE``: after it) in the same
+sequence.  So no block size follows the sequence length or the number of
+sequences, and a new length compiles nothing.
 
 Sums are accumulated in float32 and cast to the output's dtype on store.
 All offsets are 64-bit so tensors past 2**31 elements index correctly.
@@ -26,35 +25,29 @@ All offsets are 64-bit so tensors past 2**31 elements index correctly.
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _find_sequence(chunk_offsets, i_c, N, n_iter):
-    """Largest ``n`` in ``[0, N)`` with ``chunk_offsets[n] <= i_c``: the
-    sequence that owns chunk slot ``i_c`` (empty sequences own no slot)."""
-    lo = i_c * 0
-    hi = lo + N - 1
-    for _ in range(n_iter):
-        mid = (lo + hi + 1) // 2
-        ok = tl.load(chunk_offsets + mid) <= i_c
-        lo = tl.where(ok, mid, lo)
-        hi = tl.where(ok, hi, mid - 1)
-    return lo
+from core_triton.runtime import jit
+from core_triton.sequences import find_sequence, sequence_chunks
 
 
 @triton.jit
-def _hint16(stride, DIVISIBLE: tl.constexpr):
-    """Tell the compiler an int is a multiple of 16 when the plan says so.
+def _stride(stride, DIVISIBLE: tl.constexpr, UNIT: tl.constexpr):
+    """A stride with what the plan knows of it: 1 (a constant) when
+    ``UNIT``, else a multiple of 16 when ``DIVISIBLE``.
 
-    Triton specialises such ints itself when torch launches a kernel, but
-    jax-triton passes scalars without that hint, and the loads then lose
-    their 16-byte vectorisation (6x slower here).  Hinting in the kernel
-    gives both bindings the same compiled code."""
+    Strides follow the sequence length, so the launchers pass them without
+    specialising on their values (a new length would compile a new kernel)
+    and the plan states the facts that do not change with the length.
+    jax-triton makes an int equal to 1 a constant and tells nothing else;
+    stating both facts here gives both bindings the same compiled code, and
+    keeps 16-byte loads (6x faster here than without the hint)."""
+    if UNIT:
+        return 1
     if DIVISIBLE:
         stride = tl.multiple_of(stride, 16)
     return stride
 
 
-@triton.jit
+@jit(sizes=("T", "N", "n_iter", *(f"stride_{a}{b}" for a in "xo" for b in "bths")))
 def segment_cumsum_kernel(
     x,
     cu_seqlens,
@@ -78,57 +71,48 @@ def segment_cumsum_kernel(
     CHUNK: tl.constexpr,
     BT: tl.constexpr,
     BF: tl.constexpr,
-    GLOBAL: tl.constexpr,
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     HAS_SCALE: tl.constexpr,
     DIV16: tl.constexpr,
+    UNIT: tl.constexpr,
     PASS: tl.constexpr,
 ):
-    # Bit k of DIV16: the k-th of (xb, xt, xh, ob, ot, oh, T, F) is a
-    # multiple of 16 (and not 1, which Triton makes a constant).  The layout
-    # Triton picks, and so the order of the float sums, follows these facts:
-    # the same hints make both bindings give the same bits.
-    stride_xb = _hint16(stride_xb, (DIV16 & 1) != 0)
-    stride_xt = _hint16(stride_xt, (DIV16 & 2) != 0)
-    stride_xh = _hint16(stride_xh, (DIV16 & 4) != 0)
-    stride_ob = _hint16(stride_ob, (DIV16 & 8) != 0)
-    stride_ot = _hint16(stride_ot, (DIV16 & 16) != 0)
-    stride_oh = _hint16(stride_oh, (DIV16 & 32) != 0)
-    T = _hint16(T, (DIV16 & 64) != 0)
-    F = _hint16(F, (DIV16 & 128) != 0)
+    # Bit k of DIV16 (UNIT): the k-th of (xb, xt, xh, xs, ob, ot, oh, os) is
+    # a multiple of 16 (equal to 1) whatever the length.  The layout Triton
+    # picks, and so the order of the float sums, follows these facts: the
+    # same facts make both bindings give the same bits.
+    stride_xb = _stride(stride_xb, (DIV16 & 1) != 0, (UNIT & 1) != 0)
+    stride_xt = _stride(stride_xt, (DIV16 & 2) != 0, (UNIT & 2) != 0)
+    stride_xh = _stride(stride_xh, (DIV16 & 4) != 0, (UNIT & 4) != 0)
+    stride_xs = _stride(stride_xs, (DIV16 & 8) != 0, (UNIT & 8) != 0)
+    stride_ob = _stride(stride_ob, (DIV16 & 16) != 0, (UNIT & 16) != 0)
+    stride_ot = _stride(stride_ot, (DIV16 & 32) != 0, (UNIT & 32) != 0)
+    stride_oh = _stride(stride_oh, (DIV16 & 64) != 0, (UNIT & 64) != 0)
+    stride_os = _stride(stride_os, (DIV16 & 128) != 0, (UNIT & 128) != 0)
+    F = _stride(F, (DIV16 & 256) != 0, False)  # bit 8: the feature count
     i_w = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_f = tl.program_id(2)
 
-    # Window [ws, we) of the packed or batched time axis.
-    if GLOBAL:
-        if IS_VARLEN:
-            ws = tl.load(cu_seqlens + i_w).to(tl.int64)
-            we = tl.load(cu_seqlens + i_w + 1).to(tl.int64)
-        else:
-            ws = i_w.to(tl.int64) * 0
-            we = ws + T
+    # Window [ws, we) of the packed or batched time axis; the sequence's
+    # chunks are slots [first, last).
+    if IS_VARLEN:
+        i_n = find_sequence(chunk_offsets, i_w, N, n_iter)
+        bos, eos, first, n_chunks = sequence_chunks(
+            cu_seqlens, chunk_offsets, i_n, T, 0, tl.num_programs(0), CHUNK, True
+        )
+        last = first + n_chunks
+        c = i_w.to(tl.int64) - first
+        ws = bos + c * CHUNK
+        # A slot that holds no chunk (the grid is sized before cu_seqlens'
+        # values are known) gets an empty window.
+        we = tl.where((c >= 0) & (c < n_chunks), tl.minimum(ws + CHUNK, eos), ws)
     else:
-        if IS_VARLEN:
-            # The grid is sized before cu_seqlens' values are known, so slots
-            # past the real chunk count get an empty window.
-            valid = i_w < tl.load(chunk_offsets + N)
-            i_n = _find_sequence(chunk_offsets, i_w, N, n_iter)
-            bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-            eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-            first = tl.load(chunk_offsets + i_n)
-            last = tl.where(valid, tl.load(chunk_offsets + i_n + 1), first)
-            ws = bos + (i_w - first).to(tl.int64) * CHUNK
-            eos = tl.where(valid, eos, ws)
-        else:
-            eos = i_w.to(tl.int64) * 0 + T
-            ws = i_w.to(tl.int64) * CHUNK
-            first = i_w * 0
-            last = (T + CHUNK - 1) // CHUNK
-        we = tl.minimum(ws + CHUNK, eos)
-    # Guard against cu_seqlens that were not checked (traced under jit).
-    we = tl.minimum(we, T)
+        ws = i_w.to(tl.int64) * CHUNK
+        we = tl.minimum(ws + CHUNK, T)
+        first = i_w.to(tl.int64) * 0
+        last = first + (T + CHUNK - 1) // CHUNK
 
     o_f = i_f * BF + tl.arange(0, BF)
     m_f = o_f < F
@@ -142,9 +126,9 @@ def segment_cumsum_kernel(
         # Start from the totals of the sequence's other chunks on our side.
         n_rows = tl.num_programs(1)
         if REVERSE:
-            j_lo, j_hi = i_w + 1, last
+            j_lo, j_hi = i_w.to(tl.int64) + 1, last
         else:
-            j_lo, j_hi = first, tl.minimum(i_w, last)
+            j_lo, j_hi = first, tl.minimum(i_w.to(tl.int64), last)
         for j in range(j_lo, j_hi):
             row = (i_b + j * n_rows) * F  # i_b is int64, so is row
             carry += tl.load(totals + row + o_f, mask=m_f, other=0)

@@ -23,11 +23,13 @@ from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpret
 from core_triton.utils import contiguous_strides
 
 
-def info(x) -> TensorInfo | None:
+def info(x, name: str = "argument") -> TensorInfo | None:
+    """What core_triton's plans see of ``x``; ``name`` is the argument's
+    name, for the error a non-array gets."""
     if x is None:
         return None
     if not isinstance(x, (jax.Array, np.ndarray)):
-        raise TypeError(f"expected a jax.Array, got {type(x).__name__}")
+        raise TypeError(f"{name} must be a jax.Array (or a numpy array), got {type(x).__name__}")
     return TensorInfo(tuple(x.shape), jnp.dtype(x.dtype).name, contiguous_strides(x.shape))
 
 
@@ -64,10 +66,29 @@ def launch(plan: LaunchPlan, inputs: dict[str, jax.Array]) -> list[jax.Array]:
     names = _unique_inputs(plan)
     arrays = [inputs[n] for n in names]
     if is_interpreted(plan.kernel):
+        _require_torch()
         return list(_interpreted_call(plan, names, arrays))
     if jax.default_backend() not in ("gpu", "cuda", "rocm"):
         raise RuntimeError(NO_BACKEND_MESSAGE)
     return list(_triton_call(plan, names, arrays))
+
+
+INTERPRET_EXTRA_MESSAGE = (
+    "The JAX binding runs its kernels on the CPU through Triton's interpreter, "
+    "which takes PyTorch CPU tensors, and torch is not installed. Install the "
+    "'interpret' extra: pip install \".[jax,interpret]\" from a clone (a CPU-only "
+    "torch first keeps the download small: pip install torch --index-url "
+    "https://download.pytorch.org/whl/cpu)."
+)
+
+
+def _require_torch() -> None:
+    """Say which extra to install when torch is missing, at trace time,
+    rather than fail inside a host callback."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise ModuleNotFoundError(INTERPRET_EXTRA_MESSAGE) from e
 
 
 @functools.cache

@@ -24,7 +24,7 @@ def cdiv(a, b):
 
 
 def _check_cu(cu_seqlens):
-    checks.check_cu_seqlens(info(cu_seqlens), batch=1)
+    checks.check_cu_seqlens(info(cu_seqlens, "cu_seqlens"), batch=1)
     return jnp.asarray(cu_seqlens)
 
 

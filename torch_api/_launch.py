@@ -24,11 +24,13 @@ def poison_outputs() -> bool:
     return os.environ.get("TWINKERNELS_POISON", "0") == "1"
 
 
-def info(t: torch.Tensor | None) -> TensorInfo | None:
+def info(t: torch.Tensor | None, name: str = "argument") -> TensorInfo | None:
+    """What core_triton's plans see of ``t``; ``name`` is the argument's
+    name, for the error a non-tensor gets."""
     if t is None:
         return None
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     return TensorInfo(tuple(t.shape), str(t.dtype).split(".")[-1], tuple(t.stride()), str(t.device))
 
 

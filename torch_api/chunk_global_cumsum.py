@@ -23,9 +23,9 @@ def chunk_global_cumsum(
     Returns the same shape in ``output_dtype`` (default: s's dtype).
     """
     plans = core.plans(
-        info(s),
+        info(s, "s"),
         reverse,
-        info(cu_seqlens),
+        info(cu_seqlens, "cu_seqlens"),
         softmax_scale,
         head_first,
         dtype_arg(output_dtype),

@@ -31,15 +31,15 @@ def chunk_linear_attn(
     """
     operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
     plans = core.plans(
-        info(query),
-        info(key),
-        info(value),
-        info(g),
-        info(g_gamma),
+        info(query, "query"),
+        info(key, "key"),
+        info(value, "value"),
+        info(g, "g"),
+        info(g_gamma, "g_gamma"),
         softmax_scale,
-        info(initial_state),
+        info(initial_state, "initial_state"),
         reverse,
-        info(cu_seqlens),
+        info(cu_seqlens, "cu_seqlens"),
         chunk_size,
         host_values(cu_seqlens),
     )

@@ -25,11 +25,11 @@ def chunk_local_cumsum(
     Returns the same shape in ``output_dtype`` (default: g's dtype).
     """
     plans = core.plans(
-        info(g),
+        info(g, "g"),
         chunk_size,
         reverse,
         softmax_scale,
-        info(cu_seqlens),
+        info(cu_seqlens, "cu_seqlens"),
         head_first,
         dtype_arg(output_dtype),
         host_values(cu_seqlens),

@@ -28,7 +28,7 @@ def lightning_attn(
     initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
     final_state ``[N, H, K, V]`` float32.
     """
-    g_gamma, mode = core.decay(info(key), layer_idx, num_layers, mode)
+    g_gamma, mode = core.decay(info(key, "key"), layer_idx, num_layers, mode)
     op = chunk_linear_attn if mode == "chunk" else recurrent
     return op(
         query,

@@ -33,11 +33,11 @@ def recurrent(
         query=query, key=key, value=value, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state
     )
     plans = core.plans(
-        *(info(operands[n]) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
+        *(info(operands[n], n) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
         softmax_scale,
-        info(initial_state),
+        info(initial_state, "initial_state"),
         reverse,
-        info(cu_seqlens),
+        info(cu_seqlens, "cu_seqlens"),
         host_values(cu_seqlens),
     )
     return apply(plans, cu_seqlens, operands)

@@ -20,7 +20,7 @@ def cdiv(a, b):
 
 
 def _check_cu(cu_seqlens) -> torch.Tensor:
-    i = info(cu_seqlens)
+    i = info(cu_seqlens, "cu_seqlens")
     checks.check_cu_seqlens(i, batch=1)
     return cu_seqlens
 

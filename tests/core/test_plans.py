@@ -1,6 +1,7 @@
 """Launch plans: grids sized from shapes alone, every slot accounted for."""
 
 from core_triton import TensorInfo, cdiv, chunk_global_cumsum, chunk_local_cumsum
+from core_triton._cumsum_plan import _GLOBAL_CHUNK, _GLOBAL_CHUNK_INTERPRETED
 from core_triton.utils import contiguous_strides
 
 
@@ -16,11 +17,6 @@ def test_local_grid_covers_every_chunk_of_packed_input():
     assert p.constexprs["BT"] == 64 and p.outputs[0].shape == (1, 1000, 4)
 
 
-def test_global_grid_has_enough_programs():
-    (p,) = chunk_global_cumsum.plans(_info((4, 4096, 16, 128))).forward
-    assert p.grid[1] * p.grid[2] >= 256
-
-
 def test_backward_plan_flips_direction_and_keeps_input_dtype():
     plans = chunk_local_cumsum.plans(_info((2, 10, 3), "bfloat16"), 8, reverse=True, output_dtype="float32")
     (back,) = plans.backward(_info((2, 10, 3), "float32"))
@@ -28,12 +24,26 @@ def test_backward_plan_flips_direction_and_keeps_input_dtype():
     assert back.outputs[0].dtype == "bfloat16" and plans.forward[0].outputs[0].dtype == "float32"
 
 
-def test_global_scan_splits_only_when_too_few_programs():
-    # 8 rows x 1 feature tile: two launches over chunks (totals, then scans).
+def test_global_scan_is_two_launches_over_fixed_chunks():
+    # Chunk totals, then scans that start from them; the chunk length is
+    # fixed, whatever the length and the number of rows.
+    chunks = set()
+    for shape in ((8, 65536, 16), (8, 1000, 16, 128), (1, 37, 2)):
+        split = chunk_global_cumsum.plans(_info(shape)).forward
+        assert [p.constexprs["PASS"] for p in split] == [1, 2]
+        assert split[0].output_names == ("totals",) and split[0].outputs[0].dtype == "float32"
+        chunks |= {p.constexprs["CHUNK"] for p in split}
+    assert len(chunks) == 1 and chunks <= {_GLOBAL_CHUNK, _GLOBAL_CHUNK_INTERPRETED}
     split = chunk_global_cumsum.plans(_info((8, 65536, 16))).forward
-    assert [p.constexprs["PASS"] for p in split] == [1, 2]
-    assert split[0].output_names == ("totals",) and split[0].outputs[0].dtype == "float32"
     assert split[1].grid[0] * split[1].grid[1] * split[1].grid[2] >= 1024
-    # Enough (row, feature tile) programs, or short sequences: one launch.
-    assert len(chunk_global_cumsum.plans(_info((8, 8192, 16, 128))).forward) == 1
-    assert len(chunk_global_cumsum.plans(_info((8, 1000, 16))).forward) == 1
+
+
+def test_packed_outputs_are_zero_filled():
+    # Tokens outside every sequence (traced cu_seqlens past seq_len) are
+    # written by no kernel; the plan zero-fills the output so they read 0.
+    cu = _info((5,), "int32")
+    for p in (chunk_local_cumsum.plans(_info((1, 100, 4)), 16, cu_seqlens=cu).forward,
+              chunk_global_cumsum.plans(_info((1, 100, 4)), cu_seqlens=cu).forward):  # fmt: skip
+        assert p[-1].outputs[0].fill == 0.0
+    (p,) = chunk_local_cumsum.plans(_info((2, 100, 4)), 16).forward
+    assert p.outputs[0].fill is None

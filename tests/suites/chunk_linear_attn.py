@@ -180,12 +180,14 @@ class ChunkLinearAttnGpuSuite:
         return lambda **kw: api.chunk_linear_attn(**kw, reverse=reverse)
 
     def test_64bit_offsets(self):
-        # q [1, 65536, 128, 256] bf16 has 2**31 elements; the last sequence
-        # starts past 2**31 elements of it.  Its output and gradients must
-        # equal those of the same sequence run on its own.
+        # q [1, 66048, 128, 256] bf16 has 2**31 + 2**24 elements; the last
+        # sequence starts past element 2**31 of it (a 32-bit index would
+        # wrap).  Its output and gradients must equal those of the same
+        # sequence run on its own.
         self._skip_unless_gpu()
         fw = self.fw
-        T, HQ, H, K, V, tail = 65536, 128, 128, 256, 16, 96
+        T, HQ, H, K, V, tail = 65536 + 512, 128, 128, 256, 16, 96
+        assert (T - tail) * HQ * K > 2**31 and (T - tail) * H * K > 2**31
         keys = iter(range(100))
 
         def rand(shape, dtype="bfloat16", scale=0.5):

@@ -14,11 +14,12 @@ from tests.reference import assert_close, cumsum_ref, cumsum_vjp_ref
 # multiples of the chunk sizes; T = 37.
 CU_SEQLENS = [0, 5, 5, 22, 37]
 T = 37
-# Longer sequences for the global sums, whose kernel scans 64-token blocks:
-# every sequence here spans several blocks and starts mid-block.
+# Longer sequences for the global sums, which run as two launches over
+# chunks of 64 tokens under the interpreter, 256 on a GPU
+# (core_triton._cumsum_plan): every sequence here spans several chunks and
+# starts mid-chunk.
 LONG_CU_SEQLENS = [0, 70, 70, 201, 203, 333]
-# Long enough (T >= 1024) with few enough rows and features that the global
-# sum splits into two launches over 64-token chunks (core_triton._cumsum_plan).
+# Sequences of several GPU chunks too.
 SPLIT_CU_SEQLENS = [0, 130, 130, 1100, 1101, 1500]
 
 FULL_MATRIX = list(

@@ -1,0 +1,105 @@
+"""Where each sequence lies: the one place every kernel reads ``cu_seqlens``.
+
+Packed input (``batch == 1``) concatenates ``N`` sequences along time and
+gives their boundaries in ``cu_seqlens [N+1]``.  Under ``jax.jit`` (or with
+the eager check skipped) those values are never seen on the host, so the
+kernels must stay inside their tensors whatever they hold:
+
+* sequence ``n`` covers rows ``[bos, eos)`` with ``bos = clamp(cu[n], 0, T)``
+  and ``eos = clamp(cu[n+1], bos, T)``: inside the time axis, never
+  negative in length;
+* chunk slots (``chunk_offsets [N+1]``, the cumulative chunk counts) are
+  clamped into ``[0, NS)``, the slots the buffers were sized for, and a
+  sequence gets no more slots than are left after its first.
+
+Rows that no sequence covers (before ``cu[0]``, past ``cu[N]``) are never
+written by a kernel; the plans zero-fill the outputs of packed calls, so
+those tokens get output 0 and gradient 0.  For valid ``cu_seqlens`` the
+clamps change nothing; for invalid ones (decreasing entries) sequences may
+overlap, and the values of overlapping rows are unspecified, but every
+access stays in bounds.
+
+``T`` is the length of the time axis; batched (unpacked) input has ``N =
+B`` sequences of ``T`` rows each on the flattened ``B*T`` axis.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sequence_bounds(cu_seqlens, i_n, T, IS_VARLEN: tl.constexpr):
+    """First and one-past-last row of sequence ``i_n`` on the flattened
+    ``B*T`` axis, int64, clamped as the module docstring says."""
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+        eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), T)
+        eos = tl.minimum(tl.maximum(eos, bos), T)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    return bos, eos
+
+
+@triton.jit
+def sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """``(bos, eos, slot0, n_chunks)`` of sequence ``i_n``: its rows, the slot
+    of its first chunk of ``BT`` rows, and how many of its chunks have a
+    slot.  Slots ``slot0 .. slot0 + n_chunks - 1`` all lie in ``[0, NS)``.
+    Batched input: ``NT`` chunks per batch row, ``slot0 = i_n * NT``."""
+    bos, eos = sequence_bounds(cu_seqlens, i_n, T, IS_VARLEN)
+    if IS_VARLEN:
+        slot0 = tl.load(chunk_offsets + i_n).to(tl.int64)
+        slot0 = tl.minimum(tl.maximum(slot0, 0), NS)
+        n_chunks = tl.minimum(tl.cdiv(eos - bos, BT), NS - slot0)
+    else:
+        slot0 = i_n.to(tl.int64) * NT
+        n_chunks = (slot0 * 0 + NT).to(tl.int64)
+    return bos, eos, slot0, n_chunks
+
+
+@triton.jit
+def find_sequence(chunk_offsets, i_c, N, n_iter):
+    """Largest ``n`` in ``[0, N)`` with ``chunk_offsets[n] <= i_c``: the
+    sequence that owns chunk slot ``i_c`` (empty sequences own no slot).
+    A binary search of ``n_iter >= log2(N) + 1`` steps; whatever the
+    offsets hold, the result is in ``[0, max(N, 1))`` and every load reads
+    ``chunk_offsets[0 .. N]``."""
+    lo = i_c * 0
+    hi = lo + N - 1
+    for _ in range(n_iter):
+        mid = tl.minimum(tl.maximum((lo + hi + 1) // 2, 0), N)
+        ok = tl.load(chunk_offsets + mid) <= i_c
+        lo = tl.where(ok & (mid <= hi), mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    return lo
+
+
+@triton.jit
+def chunk_of_slot(
+    cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT: tl.constexpr, IS_VARLEN: tl.constexpr
+):
+    """Where chunk slot ``i_s`` of batch row ``i_b`` lies.
+
+    Returns ``(i_n, bos, eos, ts, te, slot)``: its sequence and that
+    sequence's rows ``[bos, eos)``, the chunk's own rows ``[ts, te)`` (empty,
+    ``ts == te``, for a slot that holds no chunk: the spare slots of packed
+    input, whose grid is sized before ``cu_seqlens`` is known) and its index
+    into the chunk-state buffers (``< NS``)."""
+    if IS_VARLEN:
+        i_n = find_sequence(chunk_offsets, i_s, N, n_iter)
+        bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+        c = i_s.to(tl.int64) - slot0
+        valid = (c >= 0) & (c < n_chunks)
+        ts = tl.where(valid, bos + c * BT, bos)
+        te = tl.where(valid, tl.minimum(ts + BT, eos), bos)
+        slot = i_s.to(tl.int64)
+    else:
+        i_n = i_b
+        bos = i_b.to(tl.int64) * T
+        eos = bos + T
+        ts = bos + i_s.to(tl.int64) * BT
+        te = tl.minimum(ts + BT, eos)
+        slot = i_b.to(tl.int64) * NT + i_s
+    return i_n, bos, eos, ts, te, slot

@@ -1,0 +1,99 @@
+"""No compile-time constant follows a size that changes between calls.
+
+Packed training changes the sequence length and the number of packed
+sequences every step (and batched training its length now and then).  A
+block size, a loop count or a specialised int that followed them would
+compile a new kernel each time (500 packed documents once compiled for more
+than 14 minutes).  Here every op's plans are built for three different
+lengths and numbers of sequences, and each launch must be the same kernel
+specialisation: the same constexprs, warps and stages, and the same value
+for every int argument that the kernel does not list as a run-time size
+(``core_triton.runtime.jit``).  Only grids and run-time sizes may differ.
+The GPU tests (tests/*/test_compile_once.py) count real compilations."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum, recurrent
+from core_triton.launch import In, LaunchPlan, TensorInfo
+from core_triton.utils import contiguous_strides
+
+# (seq_len, number of packed sequences), none of them 1 (jax-triton makes
+# an int equal to 1 a constant) and with every divisibility by 16 mixed.
+SIZES = [(100, 3), (4096, 64), (6001, 2000)]
+H, K, V = 4, 64, 48
+
+
+def _info(shape, dtype="bfloat16"):
+    return TensorInfo(tuple(shape), dtype, contiguous_strides(shape))
+
+
+def _signature(plan: LaunchPlan):
+    kernel = plan.kernel
+    names = kernel.arg_names
+    sizes = set(getattr(kernel, "runtime_sizes", ()))
+    fixed = tuple(
+        (names[i], p)
+        for i, p in enumerate(plan.params)
+        if not isinstance(p, In) and names[i] not in sizes and not isinstance(p, float)
+    )
+    return (
+        kernel.fn.__name__,
+        fixed,
+        tuple(sorted(plan.constexprs.items())),
+        plan.num_warps,
+        plan.num_stages,
+        tuple(o.dtype for o in plan.outputs),
+    )
+
+
+def _launches(op: str, T: int, N: int, packed: bool) -> list[LaunchPlan]:
+    B = 1 if packed else N
+    cu = _info((N + 1,), "int32") if packed else None
+    q, k, v = _info((B, T, 2 * H, K)), _info((B, T, H, K)), _info((B, T, H, V))
+    g, gamma, h0 = _info((B, T, H)), _info((H,), "float32"), _info((N, H, K, V), "float32")
+    if op == "recurrent":
+        gk, gv = _info((B, T, H, K)), _info((B, T, H, V))
+        p = recurrent.plans(q, k, v, g, gamma, gk, gv, None, h0, False, cu)
+        return [*p.forward, *p.backward]
+    if op == "recurrent_g_gamma":
+        p = recurrent.plans(q, k, v, None, gamma, None, None, None, h0, True, cu)
+        return [*p.forward, *p.backward]
+    if op == "chunk":
+        p = chunk_linear_attn.plans(q, k, v, g, gamma, None, h0, False, cu, 64)
+        return [*p.forward, *p.backward]
+    if op == "chunk_reverse":
+        p = chunk_linear_attn.plans(q, k, v, g, None, None, None, True, cu, 128)
+        return [*p.forward, *p.backward]
+    x = _info((B, T, H, 32), "float32")
+    if op == "local_cumsum":
+        p = chunk_local_cumsum.plans(x, 64, cu_seqlens=cu)
+    else:
+        p = chunk_global_cumsum.plans(x, reverse=True, cu_seqlens=cu)
+    return [*p.forward, *p.backward(x)]
+
+
+OPS = ["recurrent", "recurrent_g_gamma", "chunk", "chunk_reverse", "local_cumsum", "global_cumsum"]
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "batched"])
+@pytest.mark.parametrize("op", OPS)
+def test_one_specialisation_for_every_size(op, packed):
+    seen = [sorted(map(repr, map(_signature, _launches(op, T, N, packed)))) for T, N in SIZES]
+    for (T, N), sigs in zip(SIZES[1:], seen[1:], strict=True):
+        assert sigs == seen[0], f"{op}: T={T}, N={N} specialises differently from T={SIZES[0][0]}"
+
+
+def test_a_size_left_as_a_constant_is_caught():
+    # The check itself: a plan whose constexpr follows T must fail it.
+    a, b = (_launches("chunk", T, 3, True)[1] for T in (100, 200))
+    bad = LaunchPlan(a.kernel, a.grid, a.params, a.outputs, {**a.constexprs, "BT": 100})
+    assert _signature(a) == _signature(b) and _signature(bad) != _signature(a)
+    # And an int argument (T here) that the kernel does not declare a size.
+    undeclared = SimpleNamespace(arg_names=a.kernel.arg_names, fn=a.kernel.fn, runtime_sizes=("NT", "NS"))
+    a, b = (dataclasses.replace(p, kernel=undeclared) for p in (a, b))
+    assert _signature(a) != _signature(b)

@@ -1,0 +1,96 @@
+"""On a GPU: a new sequence length or number of packed sequences compiles
+no kernel again (tests/core/test_runtime_sizes.py checks the plans on the
+CPU; this counts real compilations).  Each framework's module gives
+``compiled(kernel)``, the number of compiled variants of a kernel."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from core_triton import (
+    chunk_backward_dqk,
+    chunk_output,
+    chunk_state,
+    head_sum,
+    recurrent_bwd,
+    recurrent_fwd,
+    reduce_partials,
+    segment_cumsum,
+)
+from core_triton.runtime import interpreter_requested
+
+KERNELS = {
+    "recurrent": [recurrent_fwd.recurrent_fwd_kernel, recurrent_bwd.recurrent_bwd_kernel,
+                  reduce_partials.reduce_partials_kernel, head_sum.head_sum_kernel],
+    "chunk": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
+              chunk_backward_dqk.chunk_backward_dqk_kernel, segment_cumsum.segment_cumsum_kernel,
+              head_sum.head_sum_kernel],
+    "global_cumsum": [segment_cumsum.segment_cumsum_kernel],
+}  # fmt: skip
+
+
+def _cu(rng, T, N):
+    """N sequences of random lengths (some empty) that fill T tokens."""
+    cuts = np.sort(rng.integers(0, T + 1, N - 1))
+    return np.concatenate([[0], cuts, [T]]).astype(np.int32)
+
+
+class CompileOnceSuite:
+    fw = None
+
+    def compiled(self, kernel) -> int:
+        raise NotImplementedError
+
+    def _run(self, op, T, N, seed):
+        fw, rng = self.fw, np.random.default_rng(seed)
+        H, K, V = 4, 64, 64
+        cu = fw.array(_cu(rng, T, N), "int32")
+        if op == "global_cumsum":
+            x = {"s": fw.array(rng.standard_normal((1, T, H)))}
+            fn = lambda s: (fw.api.chunk_global_cumsum(s, reverse=True, cu_seqlens=cu),)  # noqa: E731
+            cots = (fw.array(rng.standard_normal((1, T, H))),)
+        else:
+            x = {
+                "query": fw.array(rng.standard_normal((1, T, H, K)), "bfloat16"),
+                "key": fw.array(rng.standard_normal((1, T, H, K)), "bfloat16"),
+                "value": fw.array(rng.standard_normal((1, T, H, V)), "bfloat16"),
+                "g_gamma": fw.array(-np.abs(rng.standard_normal(H)) * 0.1),
+            }
+            if op == "chunk":
+                x["g"] = fw.array(-np.abs(rng.standard_normal((1, T, H))) * 0.1)
+            api = fw.api.recurrent if op == "recurrent" else fw.api.chunk_linear_attn
+            fn = lambda **kw: api(**kw, cu_seqlens=cu)  # noqa: E731
+            cots = (fw.array(rng.standard_normal((1, T, H, V)), "bfloat16"),
+                    fw.array(rng.standard_normal((N, H, K, V))))  # fmt: skip
+        outs, grads = fw.vjp_many(fn, x, cots)
+        for a in (*outs, *grads.values()):
+            assert np.all(np.isfinite(fw.numpy(a)))
+
+    @pytest.mark.parametrize("op", list(KERNELS))
+    def test_new_lengths_compile_nothing(self, op):
+        if interpreter_requested():
+            pytest.skip("counts GPU compilations")
+        self._run(op, 3000, 7, 0)
+        before = {k: self.compiled(k) for k in KERNELS[op]}
+        assert all(n >= 1 for n in before.values()), before
+        for T, N in ((5001, 64), (8192, 500), (777, 2)):
+            self._run(op, T, N, T)
+        after = {k: self.compiled(k) for k in KERNELS[op]}
+        assert after == before, {k.fn.__name__: (before[k], after[k]) for k in before}
+
+    def test_g_gamma_on_up_to_2000_sequences_compiles_once(self):
+        # The issue's case: recurrent with g_gamma on packed documents; the
+        # partial sums over N * value tiles once unrolled N into the kernel.
+        if interpreter_requested():
+            pytest.skip("counts GPU compilations")
+        start = time.perf_counter()
+        self._run("recurrent", 8000, 2000, 1)
+        first = time.perf_counter() - start
+        counts = {k: self.compiled(k) for k in KERNELS["recurrent"]}
+        for N in (1, 10, 500, 1999):
+            self._run("recurrent", 8000, N, N)
+        assert {k: self.compiled(k) for k in KERNELS["recurrent"]} == counts
+        assert first < 30, f"first call took {first:.1f} s"

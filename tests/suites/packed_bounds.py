@@ -1,0 +1,31 @@
+"""``cu_seqlens`` that break the contract, traced (JAX) or unchecked
+(PyTorch): no kernel touches memory outside its tensors, tokens outside
+every sequence get 0, and the rest is what the valid call gives.  Each case
+runs in its own process (tests/packed_bounds.py says why and what it
+checks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.packed_bounds import CASES, OPS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class PackedBoundsSuite:
+    fw = None  # set by the framework's module
+
+    @pytest.mark.parametrize("case", list(CASES))
+    @pytest.mark.parametrize("op", OPS)
+    def test_bad_cu_seqlens_stay_in_bounds(self, op, case):
+        # Keep the caller's path (the GPU run's carried wheels live there).
+        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path}
+        args = [sys.executable, "-m", "tests.packed_bounds", self.fw.name, op, case]
+        res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0 and "PASS" in res.stdout, (res.returncode, res.stdout, res.stderr[-4000:])
