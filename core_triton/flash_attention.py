@@ -11,12 +11,20 @@ a dummy pointer and a constexpr flag):
 
 * forward: ``flash_fwd_kernel`` -> ``(out, lse)``;
 * backward: ``flash_bwd_preprocess_kernel`` (``o``, ``do``) -> ``delta``,
-  then ``flash_bwd_dkdv_kernel`` -> ``(dk, dv, dbias)`` and
-  ``flash_bwd_dq_kernel`` -> ``dq``.  ``dbias`` is float32 ``[B, HQ, Tq,
-  Tcols]`` (every column of the bias); the bindings sum it over the bias's
-  broadcast dimensions.  The sinks' gradient,
-  ``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) * delta[b, h, i]``,
-  is a reduction of kernel outputs that the bindings do with their own ops.
+  then ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` and
+  ``flash_bwd_dq_kernel`` -> ``dq``;
+* bias gradient, only when the bias needs one (``AttentionPlans.dbias``):
+  ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's own shape ``[B|1,
+  HQ|1, Tq, Tk]`` and dtype, summed over the broadcast dimensions in
+  registers in a fixed order (the same bits every run and in both
+  bindings).  No ``[B, HQ, Tq, Tk]`` float32 buffer exists: a ``[1, 1, T,
+  T]`` bias costs one more bias-sized array.  When the bias needs no
+  gradient (PyTorch: ``requires_grad`` False; JAX: the bias is not
+  differentiated, see jax_api.flash_attention) nothing is launched.
+  The sinks' gradient,
+  ``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) * delta[b, h, i]``
+  (0 where the sink is ``-inf``), is a reduction of kernel outputs that the
+  bindings do with their own ops.
 
 Inputs ``qoff``/``koff`` (int32, one value per piece) give the positions in
 offset mode and the bias's column offsets (see _attention_common); the
@@ -36,6 +44,7 @@ import triton
 from core_triton import checks
 from core_triton._attention_common import POS_INF_INT
 from core_triton.flash_attention_bwd import (
+    flash_bwd_dbias_kernel,
     flash_bwd_dkdv_kernel,
     flash_bwd_dq_kernel,
     flash_bwd_preprocess_kernel,
@@ -73,6 +82,9 @@ _DQ_CONFIGS = {
 # compile and time every config.
 _FIXED = {64: 4, 128: 4, 256: 1}
 _KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "NQP", "NKP", "DOT_PREC"]
+# Constexprs of the bias-gradient kernel (it always reads a bias).
+_DBIAS_CONSTS = ("D", "DV", "BD", "BDV", "CAUSAL", "HAS_WINDOW", "HAS_CAP", "HAS_SEG", "POS_MODE")
+_DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
 
 
 # Head dims of 65-128 (the common case) take a config measured on the H100
@@ -277,11 +289,15 @@ class AttentionPlans:
     """``forward``: one launch, inputs ``q, k, v, qoff, koff`` and the
     optional ones, outputs ``(out, lse)``.  ``preprocess(o, do)`` -> delta;
     ``grads(do)`` -> ``(dkdv, dq)`` launches taking also ``lse`` and
-    ``delta``.  ``seg_names``: the inputs read as (q, kv) segment ids."""
+    ``delta``.  ``dbias(do)``: the bias-gradient launch (same inputs as
+    ``grads``; output ``dbias`` in the bias's shape and dtype, its columns
+    the *local* keys ``0..Tk-1``), None without a bias; launch it only when
+    the bias needs a gradient."""
 
     forward: LaunchPlan
     preprocess: Callable[[TensorInfo, TensorInfo], LaunchPlan]
     grads: Callable[[TensorInfo], tuple[LaunchPlan, LaunchPlan]]
+    dbias: Callable[[TensorInfo], LaunchPlan | None]
     qoff: tuple[int, ...]
     koff: tuple[int, ...]
 
@@ -317,7 +333,6 @@ def attention_plans(
     bias: TensorInfo | None = None,
     q_pos: TensorInfo | None = None,
     kv_pos: TensorInfo | None = None,
-    bias_cols: int | None = None,
     out_dtype: str | None = None,
     grad_dtype: str | None = None,
     qoff: tuple[int, ...] = (0,),
@@ -341,7 +356,6 @@ def attention_plans(
     seg_info_k = kv_seg if kv_seg is not None else q_seg
     pos_q = _strides_or_zero(q_pos, 2) if explicit else (0, 0)
     pos_k = _strides_or_zero(kv_pos, 2) if explicit else (0, 0)
-    tcols = Tk if bias_cols is None else bias_cols
     left, right = opts.window if opts.window is not None else (0, 0)
     dot_prec = "ieee" if q.dtype == "float32" else "tf32"
     row64 = max(Tq * abs(q.strides[1]), Tk * abs(k.strides[1]), Tk * abs(v.strides[1]), Tq * HQ * max(D, DV))
@@ -459,31 +473,32 @@ def attention_plans(
             num_stages=1,
         )
 
+    # Inputs and scalars of every gradient launch, in kernel order.
+    grad_params = (
+        In("q"),
+        In("k"),
+        In("v"),
+        In("do"),
+        In("lse"),
+        In("delta"),
+        *index_inputs,
+        In("bias") if bias is not None else In("q"),
+        *scalars,
+    )
+
     @functools.lru_cache(maxsize=8)
     def grads(do: TensorInfo) -> tuple[LaunchPlan, LaunchPlan]:
         gdt = grad_dtype or q.dtype
-        params = (
-            In("q"),
-            In("k"),
-            In("v"),
-            In("do"),
-            In("lse"),
-            In("delta"),
-            *index_inputs,
-            In("bias") if bias is not None else In("q"),
-            *scalars,
-        )
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
         consts = dict(common, DIV16=_div16((*rows, *_bh(q), *_bh(k), *_bh(v), *_bh(do))))
         kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), _DKDV_CONFIGS, Tk, B * H)
-        dbias = OutputSpec((B, HQ, Tq, tcols) if bias is not None else (1,), "float32", fill=0.0)
         dkdv = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*params, H, tcols, *strides),
-            outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt), dbias),
-            output_names=("dk", "dv", "dbias"),
+            params=(*grad_params, H, *strides),
+            outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
+            output_names=("dk", "dv"),
             constexprs=dict(consts, **block),
             num_warps=w,
             num_stages=s,
@@ -492,7 +507,7 @@ def attention_plans(
         dq = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*params, HQ, *strides),
+            params=(*grad_params, HQ, *strides),
             outputs=(OutputSpec((B, Tq, HQ, D), gdt),),
             output_names=("dq",),
             constexprs=dict(consts, **block),
@@ -501,7 +516,29 @@ def attention_plans(
         )
         return dkdv, dq
 
-    return AttentionPlans(forward, preprocess, grads, tuple(qoff), tuple(koff))
+    @functools.lru_cache(maxsize=8)
+    def dbias(do: TensorInfo) -> LaunchPlan | None:
+        if bias is None:
+            return None
+        Bb, Hb = bias.shape[0], bias.shape[1]
+        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
+        # The same working set as the dQ kernel (BM queries, BN keys, q/dO
+        # and k/v tiles): its fixed configs.
+        configs = _DQ_CONFIGS[dim_class]
+        bm, bn, w, s = configs[min(fixed, len(configs) - 1)]
+        consts = {n: common[n] for n in _DBIAS_CONSTS}
+        return LaunchPlan(
+            kernel=flash_bwd_dbias_kernel,
+            grid=(cdiv(Tq, bm), cdiv(Tk, bn), Bb * Hb),
+            params=(*grad_params, HQ, B // Bb, HQ // Hb, *strides),
+            outputs=(OutputSpec((Bb, Hb, Tq, Tk), bias.dtype),),
+            output_names=("dbias",),
+            constexprs=dict(consts, BM=bm, BN=bn),
+            num_warps=w,
+            num_stages=s,
+        )
+
+    return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))
 
 
 def plans(
@@ -573,9 +610,3 @@ def missing_positions(query_len: int, key_len: int, q_positions, kv_positions) -
     if kv_positions is None:
         out["kv_positions"] = key_len
     return out
-
-
-def bias_reduce_axes(bias: TensorInfo) -> tuple[int, ...]:
-    """Axes of the float32 ``dbias [B, HQ, Tq, Tk]`` to sum (keeping dims)
-    to get the gradient of a bias broadcast over batch or heads."""
-    return tuple(i for i in (0, 1) if bias.shape[i] == 1)

@@ -6,7 +6,7 @@ kernel), the probabilities are recomputed block by block as
 ``p = exp(s - lse)`` and
 
     dV += p^T dO,   dP = dO V^T,   dS = p * (dP - delta),
-    dQ += scale * dS' K,   dK += scale * dS'^T Q,   dbias = dS,
+    dQ += scale * dS' K,   dK += scale * dS'^T Q,   dbias = sum dS,
 
 with ``dS' = dS * (1 - tanh^2)`` under a logits soft cap.  Because ``lse``
 and ``delta`` come in from outside, a ring passes the *global* ones and each
@@ -15,11 +15,18 @@ and ``delta`` come in from outside, a ring passes the *global* ones and each
 * ``flash_bwd_preprocess_kernel``: ``delta``; grid ``(cdiv(Tq, BM), B*HQ)``.
 * ``flash_bwd_dkdv_kernel``: one program owns ``BN`` keys of one (batch,
   key head) and walks the query blocks that can see them, for every query
-  head of its group (grouped-query dK/dV are summed in registers); it also
-  writes ``dbias``.  Grid ``(cdiv(Tk, BN), B*H)``.
+  head of its group (grouped-query dK/dV are summed in registers).  Grid
+  ``(cdiv(Tk, BN), B*H)``.
 * ``flash_bwd_dq_kernel``: one program owns ``BM`` queries of one (batch,
   query head) and walks the key blocks, as the forward does.  Grid
   ``(cdiv(Tq, BM), B*HQ)``.
+* ``flash_bwd_dbias_kernel`` (only when the bias needs a gradient): one
+  program owns a ``BM x BN`` tile of one ``(b, h)`` slice of the bias and
+  sums ``dS`` over the batches and heads that the bias is broadcast over,
+  in registers and in a fixed order (no atomics: the same bits every run
+  and in both bindings).  Output: the bias's own shape ``[Bb, Hb, Tq, Tk]``
+  in its dtype, never a float32 ``[B, HQ, Tq, Tk]`` buffer.  Grid
+  ``(cdiv(Tq, BM), cdiv(Tk, BN), Bb*Hb)``.
 
 Transposed tiles (``[keys, queries]``) are computed directly as
 ``dot(k, trans(q))``; no matrix-multiply result is ever transposed (Triton
@@ -46,9 +53,10 @@ from core_triton._attention_common import (
     tanh,
     visible_key_range,
 )
+from core_triton.runtime import jit
 
 
-@triton.jit
+@jit(sizes=("Tq",))
 def flash_bwd_preprocess_kernel(
     OUT,
     DO,
@@ -129,14 +137,12 @@ def _dkdv_blocks(
     QPOS_b,
     QSEG_b,
     BIAS_bh,
-    DB_bh,
     stride_qt,
     stride_qd,
     stride_dot,
     stride_dod,
     stride_bm,
     stride_bn,
-    Tcols,
     scale,
     qk_scale,
     cap,
@@ -230,16 +236,13 @@ def _dkdv_blocks(
             dv += mma(p_t.to(do.dtype), do, DOT_PREC)
             dp_t = mma(v, tl.trans(do), DOT_PREC)
             ds_t = p_t * (dp_t - delta[None, :])
-            if HAS_BIAS:
-                db_ptrs = DB_bh + offs_m.to(tl.int64)[None, :] * Tcols + kcols[:, None]
-                store_tile(db_ptrs, ds_t, kvalid, qvalid, True, MASK)
             if HAS_CAP:
                 ds_t = ds_t * (1.0 - t_t * t_t)
             dk += mma(ds_t.to(q.dtype), q, DOT_PREC)
     return dk, dv
 
 
-@triton.jit
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
 def flash_bwd_dkdv_kernel(
     Q,
     K,
@@ -264,7 +267,6 @@ def flash_bwd_dkdv_kernel(
     k_chunk,
     group,
     H,
-    Tcols,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -291,7 +293,6 @@ def flash_bwd_dkdv_kernel(
     stride_bn,
     DK_OUT,
     DV_OUT,
-    DB_OUT,
     D: tl.constexpr,
     DV: tl.constexpr,
     BD: tl.constexpr,
@@ -391,7 +392,6 @@ def flash_bwd_dkdv_kernel(
         QPOS_b = QPOS + b64 * stride_pqb
         QSEG_b = QSEG + b64 * stride_sqb
         BIAS_bh = BIAS + b64 * stride_bb + hq * stride_bh
-        DB_bh = DB_OUT + (b64 * HQ + hq) * Tq * Tcols
         for p in tl.static_range(NQP):
             a, end = piece_bounds(p, NQP, q_chunk, Tq)
             qoff = tl.load(QOFF + p)
@@ -410,8 +410,8 @@ def flash_bwd_dkdv_kernel(
                     lo, hi = t2, t3
                 dk, dv = _dkdv_blocks(
                     dk, dv, k, v, kpos, kseg, kvalid, kcols, lo, hi, end, qoff, Q_bh, DO_bh, LSE_bh, DELTA_bh,
-                    QPOS_b, QSEG_b, BIAS_bh, DB_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
-                    stride_bn, Tcols, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD,
+                    QPOS_b, QSEG_b, BIAS_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
+                    stride_bn, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD,
                     BDV, BM, part != 1, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64,
                     DOT_PREC,
                 )  # fmt: skip
@@ -550,7 +550,7 @@ def _dq_blocks(
     return dq
 
 
-@triton.jit
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
 def flash_bwd_dq_kernel(
     Q,
     K,
@@ -719,3 +719,177 @@ def flash_bwd_dq_kernel(
         True,
         D != BD,
     )
+
+
+@triton.jit
+def _tile_positions(OFF, POS_b, offs, valid, chunk, NP: tl.constexpr, POS_MODE: tl.constexpr):
+    """Positions of the indices ``offs`` of one batch row (see
+    _attention_common: piece offsets, or an explicit array)."""
+    if POS_MODE == 0:
+        pos = offset_positions(offs, OFF, chunk, NP)
+    else:
+        pos = tl.load(POS_b + offs, mask=valid, other=0).to(tl.int32)
+    return pos
+
+
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "NB"))
+def flash_bwd_dbias_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    QOFF,
+    KOFF,
+    QPOS,
+    KPOS,
+    QSEG,
+    KSEG,
+    BIAS,
+    scale,
+    cap,
+    left,
+    right,
+    Tq,
+    Tk,
+    q_chunk,
+    k_chunk,
+    group,
+    HQ,
+    NB,
+    NH,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_dob,
+    stride_dot,
+    stride_doh,
+    stride_dod,
+    stride_pqb,
+    stride_pkb,
+    stride_sqb,
+    stride_skb,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
+    DB_OUT,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    NQP: tl.constexpr,
+    NKP: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    """``dbias [Bb, Hb, Tq, Tk]`` (the bias's shape; ``Tk`` local keys, read
+    from the bias at their global columns ``j + koff``): program ``(m, n,
+    z)`` owns rows ``m*BM..`` and columns ``n*BN..`` of slice ``z = bb*Hb +
+    bh`` and sums ``dS = p * (dP - delta)`` over the ``NB`` batches and
+    ``NH`` query heads that share it (``NB`` is B for a batch-broadcast
+    bias, else 1; ``NH`` likewise), batch-major, in float32 registers.
+    ``dS`` is recomputed (two matrix products per pair) rather than stored
+    by the dK/dV kernel: a broadcast bias would otherwise need a float32
+    ``[B, HQ, Tq, Tk]`` buffer.  Pairs whose tile has no allowed entry are
+    skipped; every element is written once."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    Hb = HQ // NH
+    bb = pid_z // Hb
+    bh = pid_z % Hb
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    qvalid = offs_m < Tq
+    kvalid = offs_n < Tk
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    m64 = offs_m.to(tl.int64)
+    qrows = m64 if ROW64 else offs_m
+    krows = offs_n.to(tl.int64) if ROW64 else offs_n
+    kcols = offset_positions(offs_n, KOFF, k_chunk, NKP).to(tl.int64)
+    # The bias tile is the same for every pair summed here: load it once.
+    b_ptrs = (
+        BIAS
+        + bb.to(tl.int64) * stride_bb
+        + bh.to(tl.int64) * stride_bh
+        + m64[:, None] * stride_bm
+        + kcols[None, :] * stride_bn
+    )
+    bias = load_tile(b_ptrs, qvalid, kvalid, True, True).to(tl.float32)
+    qk_scale = scale * LOG2E
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for i in range(0, NB * NH):
+        b = (bb + i // NH).to(tl.int64)
+        hq = (bh + i % NH).to(tl.int64)
+        h = hq // group
+        qpos = _tile_positions(QOFF, QPOS + b * stride_pqb, offs_m, qvalid, q_chunk, NQP, POS_MODE)
+        kpos = _tile_positions(KOFF, KPOS + b * stride_pkb, offs_n, kvalid, k_chunk, NKP, POS_MODE)
+        allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
+        if HAS_SEG:
+            qseg = tl.load(QSEG + b * stride_sqb + offs_m, mask=qvalid, other=0)
+            kseg = tl.load(KSEG + b * stride_skb + offs_n, mask=kvalid, other=0)
+            allowed = allowed & (qseg.to(tl.int32)[:, None] == kseg.to(tl.int32)[None, :])
+        # Exact skip: a tile the mask removes contributes 0 (causal: half).
+        if tl.max(tl.max(allowed.to(tl.int32), 1), 0) > 0:
+            q = load_tile(
+                Q + b * stride_qb + hq * stride_qh + qrows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
+                qvalid,
+                offs_d < D,
+                True,
+                D != BD,
+            )
+            do = load_tile(
+                DO
+                + b * stride_dob
+                + hq * stride_doh
+                + qrows[:, None] * stride_dot
+                + offs_dv[None, :] * stride_dod,
+                qvalid,
+                offs_dv < DV,
+                True,
+                DV != BDV,
+            )
+            k = load_tile(
+                K + b * stride_kb + h * stride_kh + krows[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+                kvalid,
+                offs_d < D,
+                True,
+                D != BD,
+            )
+            v = load_tile(
+                V + b * stride_vb + h * stride_vh + krows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
+                kvalid,
+                offs_dv < DV,
+                True,
+                DV != BDV,
+            )
+            row = (b * HQ + hq) * Tq
+            lse = tl.load(LSE + row + offs_m, mask=qvalid, other=0.0)
+            delta = tl.load(DELTA + row + offs_m, mask=qvalid, other=0.0)
+            # An empty row has lse = -inf: +inf makes its p exactly 0.
+            lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+            s, _ = _logits(mma(q, tl.trans(k), DOT_PREC), bias, scale, qk_scale, cap, HAS_CAP, True)
+            p = tl.exp2(tl.where(allowed, s, float("-inf")) - lse2[:, None])
+            dp = mma(do, tl.trans(v), DOT_PREC)
+            acc += p * (dp - delta[:, None])
+    out = DB_OUT + (pid_z.to(tl.int64) * Tq + m64)[:, None] * Tk + offs_n[None, :]
+    store_tile(out, acc.to(DB_OUT.dtype.element_ty), qvalid, kvalid, True, True)

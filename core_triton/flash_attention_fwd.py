@@ -5,8 +5,9 @@ walking the key blocks the mask allows and keeping a running max ``m``, a
 running normaliser ``l`` and an unnormalised output ``acc`` in float32
 (base-2 logits, so each ``exp`` is one ``exp2``).  Outputs: ``out [B, Tq,
 HQ, Dv]`` (contiguous) and ``lse [B, HQ, Tq]`` float32, the natural-log
-normaliser (``-inf`` for a row with no allowed key and no sink; such rows
-get output 0).  Positions, pieces and block ranges: see _attention_common.
+normaliser (``-inf`` for a row with no allowed key and no finite sink;
+every row with no allowed key gets output 0, and with finite sinks ``lse``
+is the log-sum-exp of the sinks alone).  Positions, pieces and block ranges: see _attention_common.
 
 Grid: ``(cdiv(Tq, BM), B * HQ)``.  Grouped queries: head ``hq`` reads key
 head ``hq // group``.  Head dims ``D``/``DV`` are padded to powers of two
@@ -33,6 +34,7 @@ from core_triton._attention_common import (
     tanh,
     visible_key_range,
 )
+from core_triton.runtime import jit
 
 
 @triton.jit
@@ -259,7 +261,7 @@ def _fwd_step(
     return acc, m_i, l_i
 
 
-@triton.jit
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
 def flash_fwd_kernel(
     Q,
     K,
@@ -448,10 +450,13 @@ def flash_fwd_kernel(
         sink = tl.load(SINK + hq * stride_sink + offs_s, mask=offs_s < n_sink, other=float("-inf"))
         sink = sink.to(tl.float32) * LOG2E
         m_f = tl.maximum(m_i, tl.max(sink, 0))
-        alpha = tl.exp2(m_i - m_f)
-        l_i = l_i * alpha + tl.sum(tl.exp2(sink[None, :] - m_f[:, None]), 1)
+        # -inf sinks on a row with no allowed key leave m = -inf: shift by 0
+        # then (exp2(-inf - -inf) would be NaN); the row stays empty.
+        m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(tl.exp2(sink[None, :] - m_use[:, None]), 1)
         acc = acc * alpha[:, None]
-        m_i = m_f
+        m_i = m_use
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)

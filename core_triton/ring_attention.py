@@ -13,7 +13,11 @@ piece offsets (see core_triton._attention_common):
   offsets ``r*c`` and ``(2n-1-r)*c - c``.
 
 The same offsets give the bias's columns (its last axis spans every key, in
-global order).  Blocks the mask removes are skipped by the kernels' loop
+global order).  The bias gradient of a step covers only that step's keys
+(``[B|1, HQ|1, T_local, T_local]``, local key order, complete: every column
+belongs to one shard); the bindings write its pieces into the one
+global-width gradient (:func:`bias_pieces`), so no step allocates the global
+width.  Blocks the mask removes are skipped by the kernels' loop
 bounds, so a fully masked (query shard, key shard) pair costs one launch of
 empty programs.  Partial outputs are float32 and merged by log-sum-exp in
 the bindings; sinks join once, after the merge.
@@ -34,6 +38,16 @@ def offsets(rank, n: int, t_local: int, zigzag: bool) -> list:
         return [rank * t_local]
     c = t_local // 2
     return [rank * c, (2 * n - 1 - rank) * c - c]
+
+
+def bias_pieces(src, n: int, t_local: int, zigzag: bool) -> list[tuple]:
+    """``(local_start, global_start, length)`` of each run of the keys of
+    ``src``'s shard: local key columns ``local_start ..`` are the bias's
+    global columns ``global_start ..`` (``src`` may be traced: only + and *
+    are used)."""
+    pieces = 2 if zigzag else 1
+    c = t_local // pieces
+    return [(p * c, p * c + off, c) for p, off in enumerate(offsets(src, n, t_local, zigzag))]
 
 
 @functools.lru_cache(maxsize=256)
@@ -115,7 +129,6 @@ def plans(
         bias,
         q_positions,
         kv_positions,
-        bias_cols=n * t_local,
         out_dtype="float32",
         grad_dtype="float32",
     )

@@ -15,10 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 
 from core_triton import ring_attention as core
 from jax_api._launch import info, launch
-from jax_api.flash_attention import sink_grad
+from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
 
 def _merge(out, lse, out_b, lse_b):
@@ -34,7 +35,9 @@ def _add_sinks(out, lse, sink):
     """Let the sinks join the normaliser once: rescale by exp(lse - lse')."""
     s2 = sink.astype(jnp.float32).reshape(sink.shape[0], -1)
     lse_new = jnp.logaddexp(lse, jax.nn.logsumexp(s2, axis=-1)[None, :, None])
-    scale = jnp.exp(lse - lse_new)  # 0 where lse = -inf
+    # An empty row (lse = -inf, output 0) stays 0, also when every sink is
+    # -inf (lse' = -inf: exp(-inf - -inf) would be NaN).
+    scale = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(lse - lse_new))
     return out * jnp.transpose(scale, (0, 2, 1))[..., None], lse_new
 
 
@@ -141,48 +144,56 @@ def ring_attention(
         out, lse = forward(q, k, v, sink, b, idx)
         return out.astype(q.dtype), lse
 
-    def op_fwd(q, k, v, sink, b, idx):
+    def op_fwd(*args):
+        # symbolic_zeros: as in jax_api.flash_attention, the sinks' and the
+        # bias's gradients are made only for inputs JAX differentiates.
+        (q, k, v, sink, b, idx), needs = primal_values(args)
         out, lse = forward(q, k, v, sink, b, idx)
-        return (out.astype(q.dtype), lse), (q, k, v, sink, b, idx, out, lse)
+        flags = tuple(() if n else None for n in needs[3:5])
+        return (out.astype(q.dtype), lse), (q, k, v, sink, b, idx, out, lse, flags)
 
     def op_bwd(res, cts):
-        q, k, v, sink, b, idx, out, lse = res
+        q, k, v, sink, b, idx, out, lse, (sink_flag, bias_flag) = res
         fixed.update(idx[0])
-        dout, dlse = cts
-        dout = dout.astype(q.dtype)
+        dout = cotangent(cts[0], out).astype(q.dtype)
         rank = lax.axis_index(axis_name)
         (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
-        delta = delta - dlse.astype(jnp.float32)
+        if not isinstance(cts[1], SymbolicZero):
+            delta = delta - cts[1].astype(jnp.float32)
         dkdv_plan, dq_plan = plans.grads(info(dout))
         kv = {"k": k, "v": v, **idx[1]}
         acc = {"dk": jnp.zeros(k.shape, jnp.float32), "dv": jnp.zeros(v.shape, jnp.float32)}
         dq = jnp.zeros(q.shape, jnp.float32)
-        dbias = None
+        # The bias gradient, only when asked for: one bias-sized array that
+        # each step fills at its shard's columns (every column once; XLA
+        # updates it in place).
+        db = None if bias_flag is None else jnp.zeros(b.shape, b.dtype)
         for s in range(n):
             nxt = shift(kv) if s + 1 < n else None
             src = (rank - s) % n
             inputs = step_inputs(q, kv, rank, src, b)
             inputs.update({"do": dout, "lse": lse, "delta": delta})
-            dk_s, dv_s, db_s = launch(dkdv_plan, inputs)
+            dk_s, dv_s = launch(dkdv_plan, inputs)
             (dq_s,) = launch(dq_plan, inputs)
             dq = dq + dq_s
             # The accumulators of src's shard leave with it for src + 1 ...;
             # after n hops they are back with their owner.
             acc = shift({"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s})
-            if b is not None:
-                dbias = db_s if dbias is None else dbias + db_s
+            if db is not None:
+                (db_s,) = launch(plans.dbias(info(dout)), inputs)
+                for a, g, c in core.bias_pieces(src, n, t_local, zigzag):
+                    piece = lax.slice_in_dim(db_s, a, a + c, axis=3)
+                    db = lax.dynamic_update_slice_in_dim(db, piece, g, axis=3)
             kv = nxt
-        dsink = sink_grad(sink, lse, delta) if sink is not None else None
-        db = None
-        if b is not None:
-            axes = tuple(i for i in (0, 1) if b.shape[i] == 1)
-            db = (jnp.sum(dbias, axis=axes, keepdims=True) if axes else dbias).astype(b.dtype)
+        dsink = sink_grad(sink, lse, delta) if sink_flag is not None else None
         zeros = jax.tree.map(lambda a: np.zeros(np.shape(a), jax.dtypes.float0), idx)
         return dq.astype(q.dtype), acc["dk"].astype(k.dtype), acc["dv"].astype(v.dtype), dsink, db, zeros
 
-    op.defvjp(op_fwd, op_bwd)
+    op.defvjp(op_fwd, op_bwd, symbolic_zeros=True)
     idx = (dict(fixed), dict(moving))
-    out, lse = op(query, key, value, softmax_aux, bias, idx)
+    # Staged: JAX 0.10 refuses a symbolic_zeros custom_vjp in an eager
+    # shard_map (jax_api.flash_attention.attention_call).
+    out, lse = jax.jit(op)(query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out
 
 

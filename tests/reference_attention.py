@@ -67,7 +67,7 @@ def attention_ref(
     kr = np.repeat(k, g, axis=2)
     vr = np.repeat(v, g, axis=2)
     scale = D**-0.5 if softmax_scale is None else softmax_scale
-    x = scale * np.einsum("bihd,bjhd->bhij", q, kr)
+    x = scale * np.einsum("bihd,bjhd->bhij", q, kr, optimize=True)
     if logits_soft_cap is not None:
         t = np.tanh(x / logits_soft_cap)
         s = logits_soft_cap * t
@@ -91,13 +91,13 @@ def attention_ref(
         z = z + es.sum(-1)
     zsafe = np.where(z > 0, z, 1.0)
     p = e / zsafe[..., None]
-    out = np.einsum("bhij,bjhd->bihd", p, vr)
+    out = np.einsum("bhij,bjhd->bihd", p, vr, optimize=True)
     lse = np.where(z > 0, np.log(zsafe) + m, -np.inf)
     res = {"out": out, "lse": lse}
     if do is None:
         return res
-    dp = np.einsum("bihd,bjhd->bhij", do, vr)
-    delta = np.einsum("bihd,bihd->bhi", do, out)
+    dp = np.einsum("bihd,bjhd->bhij", do, vr, optimize=True)
+    delta = np.einsum("bihd,bihd->bhi", do, out, optimize=True)
     if dlse is not None:
         delta = delta - _f64(dlse)
     ds = p * (dp - delta[..., None])
@@ -108,9 +108,9 @@ def attention_ref(
                 db = db.sum(axis=ax, keepdims=True)
         res["dbias"] = db
     dx = ds * (1 - t**2) if logits_soft_cap is not None else ds
-    res["dq"] = scale * np.einsum("bhij,bjhd->bihd", dx, kr)
-    dkr = scale * np.einsum("bhij,bihd->bjhd", dx, q)
-    dvr = np.einsum("bhij,bihd->bjhd", p, do)
+    res["dq"] = scale * np.einsum("bhij,bjhd->bihd", dx, kr, optimize=True)
+    dkr = scale * np.einsum("bhij,bihd->bjhd", dx, q, optimize=True)
+    dvr = np.einsum("bhij,bihd->bjhd", p, do, optimize=True)
     res["dk"] = dkr.reshape(B, Tk, H, g, D).sum(3)
     res["dv"] = dvr.reshape(B, Tk, H, g, -1).sum(3)
     if sink is not None:

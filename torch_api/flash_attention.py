@@ -1,8 +1,10 @@
 """``flash_attention`` for PyTorch (semantics: core_triton.flash_attention).
 
 One ``torch.autograd.Function`` over the forward launch; the backward runs
-the preprocess, dK/dV and dQ launches.  Non-contiguous query/key/value/bias
-are read through their strides.
+the preprocess, dK/dV and dQ launches, and the bias-gradient launch only
+when ``ctx.needs_input_grad`` says the bias needs one (a bias with
+``requires_grad=False`` costs no gradient work and no buffer).
+Non-contiguous query/key/value/bias are read through their strides.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from torch_api._launch import device_constant, info, launch
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sink, bias, index, plans, bias_axes):
+    def forward(ctx, q, k, v, sink, bias, index, plans):
         inputs = {"q": q, "k": k, "v": v, **index}
         if sink is not None:
             inputs["softmax_aux"] = sink
@@ -28,7 +30,6 @@ class _Attention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, sink, bias, out, lse)
         ctx.index = index
         ctx.plans = plans
-        ctx.bias_axes = bias_axes
         return out, lse
 
     @staticmethod
@@ -45,26 +46,26 @@ class _Attention(torch.autograd.Function):
         inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **ctx.index}
         if bias is not None:
             inputs["bias"] = bias
-        dk, dv, dbias = launch(dkdv_plan, inputs)
+        dk, dv = launch(dkdv_plan, inputs)
         (dq,) = launch(dq_plan, inputs)
-        dsink = sink_grad(sink, lse, delta) if sink is not None else None
-        db = None
-        if bias is not None:
-            db = dbias.sum(dim=ctx.bias_axes, keepdim=True) if ctx.bias_axes else dbias
-            db = db.to(bias.dtype)
-        return dq, dk, dv, dsink, db, None, None, None
+        dsink = sink_grad(sink, lse, delta) if ctx.needs_input_grad[3] else None
+        # Bias shape and dtype, reduced over broadcast dims inside the launch.
+        db = launch(plans.dbias(info(dout)), inputs)[0] if ctx.needs_input_grad[4] else None
+        return dq, dk, dv, dsink, db, None, None
 
 
 def sink_grad(sink, lse, delta):
-    """``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) delta[b, h, i]``."""
-    s2 = sink.float().reshape(sink.shape[0], -1)
-    p = torch.exp(s2[None, :, :, None] - lse[:, :, None, :])
+    """``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) delta[b, h, i]``;
+    a ``-inf`` sink gets 0 (its probability is 0, even where ``lse`` is
+    ``-inf`` too: a row with no allowed key and no finite sink)."""
+    s2 = sink.float().reshape(sink.shape[0], -1)[None, :, :, None]
+    p = torch.where(s2 == float("-inf"), 0.0, torch.exp(s2 - lse[:, :, None, :]))
     return (-(p * delta[:, :, None, :]).sum(dim=(0, 3))).reshape(sink.shape).to(sink.dtype)
 
 
-def attention_call(plans, query, key, value, softmax_aux, bias, index, bias_axes=()):
+def attention_call(plans, query, key, value, softmax_aux, bias, index):
     """Run ``plans`` as a differentiable op; returns ``(out, lse)``."""
-    return _Attention.apply(query, key, value, softmax_aux, bias, index, plans, tuple(bias_axes))
+    return _Attention.apply(query, key, value, softmax_aux, bias, index, plans)
 
 
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
@@ -108,7 +109,9 @@ def flash_attention(
 ):
     """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``,
     value ``[B, Tk, H, Dv]`` -> output ``[B, Tq, HQ, Dv]`` (and ``lse [B, HQ,
-    Tq]`` float32 with ``return_lse``).  See the spec for every option."""
+    Tq]`` float32 with ``return_lse``).  See the spec for every option.
+    ``bias [B|1, HQ|1, Tq, Tk]``: its gradient has its shape and dtype, and
+    is computed only when it requires one (``bias.requires_grad``)."""
     # Index arrays and sinks are small: the kernels read them with unit stride.
     q_segment_ids, kv_segment_ids = _contiguous(q_segment_ids), _contiguous(kv_segment_ids)
     q_positions, kv_positions = _contiguous(q_positions), _contiguous(kv_positions)
@@ -138,6 +141,5 @@ def flash_attention(
         (query.shape[1], key.shape[1]),
         query.device,
     )
-    axes = core.bias_reduce_axes(info(bias)) if bias is not None else ()
-    out, lse = attention_call(plans, query, key, value, softmax_aux, bias, idx, axes)
+    out, lse = attention_call(plans, query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

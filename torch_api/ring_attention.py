@@ -53,9 +53,13 @@ def _merge(out, lse, out_b, lse_b):
 
 
 def _add_sinks(out, lse, sink):
+    """Let the sinks join the normaliser once: rescale by exp(lse - lse').
+    An empty row (lse = -inf, output 0) stays 0, also when every sink is
+    -inf (lse' = -inf: exp(-inf - -inf) would be NaN)."""
     s2 = sink.float().reshape(sink.shape[0], -1)
     lse_new = torch.logaddexp(lse, torch.logsumexp(s2, dim=-1)[None, :, None])
-    return out * torch.exp(lse - lse_new).transpose(1, 2).unsqueeze(-1), lse_new
+    scale = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - lse_new))
+    return out * scale.transpose(1, 2).unsqueeze(-1), lse_new
 
 
 def _offsets(rank, n, t_local, zigzag, device):
@@ -109,7 +113,12 @@ class _RingAttention(torch.autograd.Function):
         acc = {"dk": torch.zeros(k.shape, dtype=torch.float32, device=k.device), "dv": None}
         acc["dv"] = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        dbias = None
+        # The bias gradient, only when asked for: one bias-sized array that
+        # each step fills at its shard's columns (every column once).
+        db = None
+        if ctx.needs_input_grad[4]:
+            db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
+            dbias_plan = plans.dbias(info(dout))
         qoff = _offsets(rank, n, t_local, zigzag, q.device)
         for s in range(n):
             nxt, reqs = ring.start(kv) if s + 1 < n else (None, [])
@@ -124,7 +133,7 @@ class _RingAttention(torch.autograd.Function):
             inputs.update({"do": dout, "lse": lse, "delta": delta})
             if bias is not None:
                 inputs["bias"] = bias
-            dk_s, dv_s, db_s = launch(dkdv_plan, inputs)
+            dk_s, dv_s = launch(dkdv_plan, inputs)
             (dq_s,) = launch(dq_plan, inputs)
             dq += dq_s
             # src's accumulators leave with its shard; after n hops they are home.
@@ -132,15 +141,13 @@ class _RingAttention(torch.autograd.Function):
             if n > 1:
                 acc, acc_reqs = ring.start(acc)
                 ring.wait(acc_reqs)
-            if bias is not None:
-                dbias = db_s if dbias is None else dbias + db_s
+            if db is not None:
+                (db_s,) = launch(dbias_plan, inputs)
+                for a, g, c in core.bias_pieces(src, n, t_local, zigzag):
+                    db[..., g : g + c] = db_s[..., a : a + c]
             ring.wait(reqs)
             kv = nxt
-        dsink = sink_grad(sink, lse, delta) if sink is not None else None
-        db = None
-        if bias is not None:
-            axes = tuple(i for i in (0, 1) if bias.shape[i] == 1)
-            db = (dbias.sum(dim=axes, keepdim=True) if axes else dbias).to(bias.dtype)
+        dsink = sink_grad(sink, lse, delta) if ctx.needs_input_grad[3] else None
         return (
             dq.to(q.dtype),
             acc["dk"].to(k.dtype),

@@ -9,6 +9,12 @@ lengths and numbers of sequences, and each launch must be the same kernel
 specialisation: the same constexprs, warps and stages, and the same value
 for every int argument that the kernel does not list as a run-time size
 (``core_triton.runtime.jit``).  Only grids and run-time sizes may differ.
+Flash attention is checked for its lengths only (``Tq``, ``Tk`` and the
+piece lengths are run-time sizes): its stride arguments, some of which
+follow the lengths, are still specialised by PyTorch's launcher on
+divisibility by 16 (at most two variants each, none when heads x head dim
+is a multiple of 16), and on the GPU its head dims 65-128 take one of two
+measured tile configs by key length.
 The GPU tests (tests/*/test_compile_once.py) count real compilations."""
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum, recurrent
+from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum, flash_attention, recurrent
 from core_triton.launch import In, LaunchPlan, TensorInfo
 from core_triton.utils import contiguous_strides
 
@@ -34,6 +40,8 @@ def _info(shape, dtype="bfloat16"):
 
 def _signature(plan: LaunchPlan):
     kernel = plan.kernel
+    while not hasattr(kernel, "runtime_sizes") and hasattr(kernel, "fn"):
+        kernel = kernel.fn  # an autotuner around the kernel
     names = kernel.arg_names
     sizes = set(getattr(kernel, "runtime_sizes", ()))
     fixed = tuple(
@@ -69,6 +77,12 @@ def _launches(op: str, T: int, N: int, packed: bool) -> list[LaunchPlan]:
     if op == "chunk_reverse":
         p = chunk_linear_attn.plans(q, k, v, g, None, None, None, True, cu, 128)
         return [*p.forward, *p.backward]
+    if op == "flash":
+        causal = N % 2 == 0
+        kv = _info((B, T + 7, H, K))
+        bias = _info((1, 2 * H, T, T + 7))
+        p, _ = flash_attention.plans(q, kv, kv, bias=bias, causal=causal, softmax_aux=_info((2 * H,)))
+        return [p.forward, p.preprocess(q, q), *p.grads(q), p.dbias(q)]
     x = _info((B, T, H, 32), "float32")
     if op == "local_cumsum":
         p = chunk_local_cumsum.plans(x, 64, cu_seqlens=cu)
@@ -86,6 +100,16 @@ def test_one_specialisation_for_every_size(op, packed):
     seen = [sorted(map(repr, map(_signature, _launches(op, T, N, packed)))) for T, N in SIZES]
     for (T, N), sigs in zip(SIZES[1:], seen[1:], strict=True):
         assert sigs == seen[0], f"{op}: T={T}, N={N} specialises differently from T={SIZES[0][0]}"
+
+
+def test_flash_lengths_are_run_time_sizes():
+    for p in _launches("flash", 100, 2, False):
+        kernel = p.kernel
+        while not hasattr(kernel, "runtime_sizes") and hasattr(kernel, "fn"):
+            kernel = kernel.fn
+        assert {"Tq"} <= set(kernel.runtime_sizes), kernel.fn.__name__
+        if "Tk" in kernel.arg_names:
+            assert {"Tk", "q_chunk", "k_chunk"} <= set(kernel.runtime_sizes), kernel.fn.__name__
 
 
 def test_a_size_left_as_a_constant_is_caught():

@@ -1,3 +1,5 @@
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,3 +41,40 @@ class TestJaxFlashAttention(FlashAttentionSuite):
             ref = attention_ref(**ref_case, causal=True, do=w)
             for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv"), ("softmax_aux", "dsink")):
                 assert_close(np.asarray(grads[n]), ref[r], "float32", n)
+
+    def test_bias_not_differentiated(self, monkeypatch):
+        # jax.lax.stop_gradient(bias), and a bias left out of argnums under
+        # jit: JAX does not differentiate it, so no bias-gradient launch is
+        # traced (symbolic_zeros), its cotangent is zero, and the other
+        # gradients are those of the float64 reference.
+        case = make_case(np.random.default_rng(17), B=2, Tq=30, Tk=41, bias="1H", sink="1d")
+        arr = {n: jnp.asarray(case[n], jnp.float32) for n in case}
+        w = np.random.default_rng(18).standard_normal((2, 30, 4, 16))
+        mod = importlib.import_module("jax_api.flash_attention")
+        real, traced = mod.launch, []
+
+        def spy(plan, inputs):
+            traced.append(plan)
+            return real(plan, inputs)
+
+        monkeypatch.setattr(mod, "launch", spy)
+
+        def loss(q, k, v, sink, bias, stop):
+            bias = jax.lax.stop_gradient(bias) if stop else bias
+            out = FW.api.flash_attention(q, k, v, softmax_aux=sink, bias=bias, causal=True)
+            return jnp.sum(out * w)
+
+        ref = attention_ref(**case, causal=True, do=w)
+        args = [arr[n] for n in ("query", "key", "value", "softmax_aux", "bias")]
+        grads = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args, True)
+        assert np.all(np.asarray(grads[4]) == 0)
+        jitted = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)), static_argnums=5)
+        for got in (grads[:4], jitted(*args, False)):
+            for g, r in zip(got, ("dq", "dk", "dv", "dsink"), strict=True):
+                assert_close(np.asarray(g), ref[r], "float32", r)
+        assert any("dq" in p.output_names for p in traced), "the spy saw no backward"
+        assert all("dbias" not in p.output_names for p in traced)
+        # Differentiated, the same bias gets its gradient launch.
+        dbias = jax.grad(loss, argnums=4)(*args, False)
+        assert_close(np.asarray(dbias), ref["dbias"], "float32", "dbias")
+        assert any("dbias" in p.output_names for p in traced)

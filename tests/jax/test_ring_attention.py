@@ -3,6 +3,7 @@ flash_attention on the gathered sequence, forward and gradients, for ring
 sizes 1, 2, 4 (conftest makes 4 host devices) and 8 (a subprocess with 8),
 contiguous and zig-zag layouts."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -20,37 +21,71 @@ from tests.reference import rms_ratio
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def check(n, zigzag, options, extras=(), seed=0):
-    """Ring (global-array wrapper) vs single device: every rms ratio <= 1e-5."""
+def check(n, zigzag, options, extras=(), seed=0, t=8, monkeypatch=None):
+    """Ring (global-array wrapper) vs single device: every rms ratio <= 1e-5
+    (NaN fails).  ``t``: shard length.  ``extras``: sink, sink_inf (-inf
+    sinks), bias ([1, HQ, T, T]), bias11 ([1, 1, T, T]), bias_const (a bias
+    not differentiated: no bias-gradient launch; needs ``monkeypatch``),
+    seg, seg_shards (one segment per shard, the last shard's keys in none:
+    ring steps and whole query rows with no allowed key)."""
     if len(jax.devices()) < n:
         pytest.skip(f"needs {n} devices of the default backend, found {len(jax.devices())}")
     rng = np.random.default_rng(seed)
-    B, HQ, H, D, T = 1, 2, 1, 16, 8 * n
+    B, HQ, H, D, T = 1, 2, 1, 16, t * n
     args = [
         jnp.asarray(rng.standard_normal(s), jnp.float32) for s in ((B, T, HQ, D), (B, T, H, D), (B, T, H, D))
     ]
     do = jnp.asarray(rng.standard_normal((B, T, HQ, D)), jnp.float32)
     sink = jnp.asarray(rng.standard_normal((HQ,)), jnp.float32) if "sink" in extras else None
-    bias = jnp.asarray(rng.standard_normal((1, HQ, T, T)), jnp.float32) if "bias" in extras else None
+    if "sink_inf" in extras:  # head 0: one -inf sink; head 1: only -inf
+        sink = jnp.asarray([[-np.inf, 0.5], [-np.inf, -np.inf]], jnp.float32)
+    bias = None
+    if {"bias", "bias_const"} & set(extras):
+        bias = jnp.asarray(rng.standard_normal((1, HQ, T, T)), jnp.float32)
+    if "bias11" in extras:
+        bias = jnp.asarray(rng.standard_normal((1, 1, T, T)), jnp.float32)
     seg = jnp.asarray(np.sort(rng.integers(0, 3, (B, T))), jnp.int32) if "seg" in extras else None
+    kv_seg = None
+    if "seg_shards" in extras:
+        shard = np.arange(T)[None] // t
+        seg, kv_seg = (
+            jnp.asarray(shard, jnp.int32),
+            jnp.asarray(np.where(shard == n - 1, 99, shard), jnp.int32),
+        )
     mesh = Mesh(np.array(jax.devices()[:n]), ("sp",))
+    segs = {"q_segment_ids": seg, "kv_segment_ids": kv_seg}
 
-    def ring(q, k, v, s, b):
+    # A bias_const bias is closed over (the default argument): JAX does not
+    # differentiate it.
+    def ring(q, k, v, s, b=bias):
         return jax_api.ring_attention_mesh(
-            mesh, "sp", q, k, v, q_segment_ids=seg, softmax_aux=s, bias=b, zigzag=zigzag, **options
+            mesh, "sp", q, k, v, softmax_aux=s, bias=b, zigzag=zigzag, **segs, **options
         )
 
-    def single(q, k, v, s, b):
-        return jax_api.flash_attention(q, k, v, q_segment_ids=seg, softmax_aux=s, bias=b, **options)
+    def single(q, k, v, s, b=bias):
+        return jax_api.flash_attention(q, k, v, softmax_aux=s, bias=b, **segs, **options)
 
-    out_r, pull_r = jax.vjp(jax.jit(ring), *args, sink, bias)
-    out_s, pull_s = jax.vjp(single, *args, sink, bias)
+    launched = []
+    inputs = (*args, sink) if "bias_const" in extras else (*args, sink, bias)
+    if "bias_const" in extras:
+        ring_module = importlib.import_module("jax_api.ring_attention")
+        real = ring_module.launch
+
+        def spy(plan, inputs):
+            launched.append(plan)
+            return real(plan, inputs)
+
+        monkeypatch.setattr(ring_module, "launch", spy)
+    out_r, pull_r = jax.vjp(jax.jit(ring), *inputs)
+    out_s, pull_s = jax.vjp(single, *inputs)
     errors = {"out": rms_ratio(out_r, out_s)}
-    for name, a, b in zip(("dq", "dk", "dv", "dsink", "dbias"), pull_r(do), pull_s(do), strict=True):
+    names = ("dq", "dk", "dv", "dsink", "dbias")[: len(inputs)]
+    for name, a, b in zip(names, pull_r(do), pull_s(do), strict=True):
         if a is not None:
             errors[name] = rms_ratio(a, b)
     bad = {k: v for k, v in errors.items() if not v <= 1e-5}
     assert not bad, f"n={n} zigzag={zigzag}: {bad}"
+    assert not any("dbias" in plan.output_names for plan in launched), "a bias-gradient launch"
 
 
 CAUSAL = {"causal": True}
@@ -65,6 +100,18 @@ def test_ring_equals_single_device(n, zigzag):
 
 def test_ring_with_every_feature():
     check(2, True, FEATURES, ("sink", "bias", "seg"))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring_steps_with_no_allowed_key(n):
+    # Shards of 40 tokens (two interpreter key blocks); contiguous layout,
+    # no causal mask: every step but the home one has no allowed key, and
+    # the last shard's queries have none at all (-inf and finite sinks).
+    check(n, False, {}, ("seg_shards", "sink_inf", "bias11"), t=40)
+
+
+def test_ring_constant_bias_zigzag(monkeypatch):
+    check(2, True, CAUSAL, ("seg_shards", "sink", "bias_const"), t=40, monkeypatch=monkeypatch)
 
 
 def test_ring_of_eight_devices():

@@ -7,26 +7,51 @@ but long enough that every sequence spans several blocks and ends mid-block.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
-from tests.reference import assert_close
+from core_triton.runtime import interpreter_requested
+from tests.reference import TOLERANCE, assert_close
 from tests.reference_attention import attention_ref
 
 DIFFERENTIABLE = ("query", "key", "value", "softmax_aux", "bias")
 INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 
 
-def vjp(fw, fn, inputs: dict, cotangents: tuple):
-    """(fn(**inputs), {name: gradient}) for ``fn`` returning a tuple."""
+def vjp(fw, fn, inputs: dict, cotangents: tuple, constants=None):
+    """(fn(**inputs, **constants), {name: gradient}) for ``fn`` returning a
+    tuple.  ``constants``: arrays passed without asking for their gradient
+    (torch: ``requires_grad=False``; JAX: closed over)."""
+    constants = constants or {}
     if fw.name == "torch":
         leaves = {n: x.detach().clone().requires_grad_(True) for n, x in inputs.items()}
-        outs = fn(**leaves)
+        consts = {n: x.detach() for n, x in constants.items()}
+        outs = fn(**leaves, **consts)
         fw.torch.autograd.backward(list(outs), list(cotangents))
         return outs, {n: x.grad for n, x in leaves.items()}
-    outs, pullback = fw.jax.vjp(lambda d: fn(**d), inputs)
+    outs, pullback = fw.jax.vjp(lambda d: fn(**d, **constants), inputs)
     (grads,) = pullback(tuple(cotangents))
     return outs, grads
+
+
+def spy_launches(fw, monkeypatch) -> list:
+    """Record every plan the binding's flash_attention module launches."""
+    mod = importlib.import_module(f"{fw.name}_api.flash_attention")
+    seen, real = [], mod.launch
+
+    def spy(plan, inputs):
+        seen.append(plan)
+        return real(plan, inputs)
+
+    monkeypatch.setattr(mod, "launch", spy)
+    return seen
+
+
+def coarser(a: str, b: str) -> str:
+    """The dtype of the two with the larger test tolerance."""
+    return a if TOLERANCE[a] >= TOLERANCE[b] else b
 
 
 def make_case(rng, B=1, Tq=45, Tk=45, HQ=4, H=2, D=16, Dv=None, sink=None, bias=None, seg=None, pos=None):
@@ -57,6 +82,37 @@ def make_case(rng, B=1, Tq=45, Tk=45, HQ=4, H=2, D=16, Dv=None, sink=None, bias=
     elif pos == "1d":
         c["q_positions"] = (np.arange(Tq) * 2).astype(np.int32)
     return c
+
+
+def no_key_case(rng, mask: str, sink):
+    """Inputs where rows ``empty`` of every batch have no allowed key:
+    ``mask`` "causal_shifted" (queries before every key), "segments" (a
+    query segment no key has) or "window" (queries far from every key);
+    ``sink`` None, "-inf", "finite" or "mixed" (``[HQ, 2]``: one -inf and
+    one finite sink per head, and one head with both -inf).  Returns
+    ``(case, options, empty)``."""
+    T, HQ = 40, 4
+    case = make_case(rng, B=2, Tq=T, Tk=T, HQ=HQ, H=2)
+    idx = np.arange(T)
+    if mask == "causal_shifted":
+        case["q_positions"] = (idx - 10).astype(np.int32)
+        options, empty = {"causal": True}, idx < 10
+    elif mask == "segments":
+        case["q_segment_ids"] = np.broadcast_to(np.where(idx < 30, 1, 7), (2, T)).astype(np.int32)
+        case["kv_segment_ids"] = np.broadcast_to(np.where(idx < 20, 0, 1), (2, T)).astype(np.int32)
+        options, empty = {}, idx >= 30
+    else:
+        case["q_positions"] = np.where(idx < 30, idx, idx + 100).astype(np.int32)
+        options, empty = {"sliding_window": (6, 2)}, idx >= 30
+    if sink == "-inf":
+        case["softmax_aux"] = np.full(HQ, -np.inf)
+    elif sink == "finite":
+        case["softmax_aux"] = rng.standard_normal(HQ)
+    elif sink == "mixed":
+        s = np.stack([np.full(HQ, -np.inf), rng.standard_normal(HQ)], axis=1)
+        s[1] = -np.inf
+        case["softmax_aux"] = s
+    return case, options, empty
 
 
 # name -> (shape/input options, op options)
@@ -111,26 +167,44 @@ COMBINED = {
 }
 
 
+# GPU-only: name -> (head dim, T, bias shape, None or the one (causal,
+# dtype) it runs for: the float64 reference at T = 4096 is slow).
+GPU_CASES = {
+    "d128_t2048": (128, 2048, None, None),
+    "d128_t4096": (128, 4096, None, (True, "bfloat16")),
+    "d256_t1024": (256, 1024, None, None),
+    "d128_t2048_bias11": (128, 2048, "11", (True, "bfloat16")),
+    "d256_t1024_bias1h": (256, 1024, "1H", (False, "float32")),
+}
+
+
 class FlashAttentionSuite:
     fw = None  # set by the framework's module
 
-    def _arrays(self, case, dtype):
+    def _arrays(self, case, dtype, bias_dtype="float32"):
         fw = self.fw
         out = {}
         for name, value in case.items():
             if name in INDEX:
                 out[name] = fw.array(value, "int32")
+            elif name in ("query", "key", "value"):
+                out[name] = fw.array(value, dtype)
             else:
-                # The sinks and the bias keep float32: they are small, and
-                # their own precision is not what a half-precision test probes.
-                out[name] = fw.array(value, dtype if name in ("query", "key", "value") else "float32")
+                # The sinks and the bias keep float32 unless asked: they are
+                # small, and their own precision is not what a
+                # half-precision test probes.
+                out[name] = fw.array(value, bias_dtype if name == "bias" else "float32")
         return out
 
-    def _check(self, case, options, dtype="float32", seed=1, dlse=False):
+    def _check(self, case, options, dtype="float32", seed=1, dlse=False, bias_dtype="float32", constant=()):
+        """Forward and every gradient against the float64 reference; returns
+        ``(out, lse, grads, ref)`` as float64 numpy.  ``constant``: inputs
+        whose gradient is not asked for (and must not come back)."""
         fw = self.fw
         rng = np.random.default_rng(seed)
-        arrays = self._arrays(case, dtype)
-        diff = {n: a for n, a in arrays.items() if n in DIFFERENTIABLE}
+        arrays = self._arrays(case, dtype, bias_dtype)
+        diff = {n: a for n, a in arrays.items() if n in DIFFERENTIABLE and n not in constant}
+        consts = {n: a for n, a in arrays.items() if n in constant}
         index = {n: a for n, a in arrays.items() if n in INDEX}
         B, Tq, HQ = case["query"].shape[:3]
         do = rng.standard_normal((B, Tq, HQ, case["value"].shape[3]))
@@ -139,7 +213,8 @@ class FlashAttentionSuite:
         def fn(**d):
             return fw.api.flash_attention(**d, **index, **options, return_lse=True)
 
-        (out, lse), grads = vjp(fw, fn, diff, (fw.array(do, dtype), fw.array(dl, "float32")))
+        cots = (fw.array(do, dtype), fw.array(dl, "float32"))
+        (out, lse), grads = vjp(fw, fn, diff, cots, consts)
         # The reference sees the inputs as the kernel saw them (rounded).
         seen = {n: fw.numpy(a) if n in DIFFERENTIABLE else case[n] for n, a in arrays.items()}
         ref = attention_ref(**seen, **options, do=fw.numpy(fw.array(do, dtype)), dlse=dl if dlse else None)
@@ -150,9 +225,15 @@ class FlashAttentionSuite:
         assert np.array_equal(np.isfinite(lse_np), finite), "lse: -inf rows differ"
         assert_close(lse_np[finite], ref["lse"][finite], dtype, "lse")
         names = {"query": "dq", "key": "dk", "value": "dv", "softmax_aux": "dsink", "bias": "dbias"}
+        got = {}
         for name, g in grads.items():
-            assert str(g.dtype).split(".")[-1] == str(diff[name].dtype).split(".")[-1], name
-            assert_close(fw.numpy(g), ref[names[name]], dtype, f"gradient of {name}")
+            gdt = str(g.dtype).split(".")[-1]
+            assert gdt == str(diff[name].dtype).split(".")[-1], name
+            # A bias/sink gradient in a coarser dtype than the inputs is
+            # rounded once at the end: its own dtype's tolerance.
+            got[names[name]] = fw.numpy(g)
+            assert_close(got[names[name]], ref[names[name]], coarser(dtype, gdt), f"gradient of {name}")
+        return fw.numpy(out), lse_np, got, ref
 
     @pytest.mark.parametrize("feature", sorted(FEATURES))
     def test_feature(self, feature):
@@ -176,22 +257,76 @@ class FlashAttentionSuite:
         shape, options = FEATURES["sink_2d_causal"]
         self._check(make_case(np.random.default_rng(5), **shape), options, dlse=True)
 
-    def test_rows_with_no_allowed_key(self):
-        # Queries at positions before every key (causal), and a query segment
-        # that no key has: output 0, lse -inf, every gradient finite (0 for
-        # those rows), never NaN.
-        fw = self.fw
-        rng = np.random.default_rng(6)
-        case = make_case(rng, Tq=40, Tk=40)
-        case["q_positions"] = (np.arange(40) - 10).astype(np.int32)
-        case["q_segment_ids"] = np.where(np.arange(40) < 30, 0, 7)[None].astype(np.int32)
-        case["kv_segment_ids"] = np.zeros((1, 40), np.int32)
-        self._check(case, {"causal": True})
-        arrays = self._arrays(case, "float32")
-        out = fw.api.flash_attention(**arrays, causal=True)
-        out = fw.numpy(out)
-        assert np.all(out[0, :10] == 0) and np.all(out[0, 30:] == 0)
-        assert np.all(np.isfinite(out))
+    @pytest.mark.parametrize("sink", [None, "-inf", "finite", "mixed"])
+    @pytest.mark.parametrize("mask", ["causal_shifted", "segments", "window"])
+    def test_rows_with_no_allowed_key(self, mask, sink):
+        # Rows 0-9 or 30-39 see no key: output 0 and dq 0 exactly, never NaN
+        # (outputs are poisoned with NaN); lse -inf without a finite sink,
+        # else the log-sum-exp of the sinks alone; dk, dv, dsink finite and
+        # equal to the reference.  The lse cotangent is nonzero on those rows.
+        case, options, empty = no_key_case(np.random.default_rng(6), mask, sink)
+        out, lse, grads, ref = self._check(case, options, dlse=True)
+        assert np.all(out[:, empty] == 0) and np.all(grads["dq"][:, empty] == 0)
+        sinks = case.get("softmax_aux")
+        for h in range(case["query"].shape[2]):
+            alone = -np.inf if sinks is None else np.logaddexp.reduce(np.atleast_1d(sinks[h]))
+            got = lse[:, h, empty]
+            if np.isfinite(alone):
+                assert_close(got, np.full_like(got, alone), "float32", f"lse of empty rows, head {h}")
+            else:
+                assert np.all(got == -np.inf), f"lse of empty rows, head {h}"
+
+    @pytest.mark.parametrize("shape", ["11", "B1", "1H", "BH"])
+    @pytest.mark.parametrize("sizes", [(37, 70), (70, 45)])
+    def test_bias_gradient(self, shape, sizes, monkeypatch):
+        # Every broadcast shape, Tq != Tk both ways, with masks whose tiles
+        # are partly or wholly removed; the gradient has the bias's shape,
+        # and no launch makes a float32 [B, HQ, Tq, Tk] buffer for a
+        # broadcast bias.
+        Tq, Tk = sizes
+        case = make_case(np.random.default_rng(13), B=2, Tq=Tq, Tk=Tk, HQ=4, H=2, bias=shape)
+        options = {"causal": True} if Tq < Tk else {"sliding_window": (20, 5), "logits_soft_cap": 2.0}
+        plans = spy_launches(self.fw, monkeypatch)
+        self._check(case, options)
+        full = (2, 4, Tq, Tk)
+        outputs = [(o.shape, o.dtype) for plan in plans for o in plan.outputs]
+        assert (tuple(case["bias"].shape), "float32") in outputs, "no bias-gradient launch"
+        if shape != "BH":
+            assert (full, "float32") not in outputs, "a float32 [B, HQ, Tq, Tk] buffer"
+
+    def test_bias_gradient_bfloat16_bias(self):
+        # The gradient comes back in the bias's own dtype, and segments and
+        # explicit positions go through the bias-gradient kernel too.
+        case = make_case(np.random.default_rng(14), B=2, Tq=40, Tk=50, bias="11", seg="both", pos="2d")
+        self._check(case, {"causal": True}, bias_dtype="bfloat16")
+
+    @pytest.mark.parametrize("shape", ["11", "B1", "1H", "BH"])
+    def test_bias_without_gradient(self, shape, monkeypatch):
+        # A bias whose gradient is not asked for (torch: requires_grad
+        # False; JAX: not differentiated) launches no bias-gradient kernel;
+        # the other gradients are unchanged.
+        case = make_case(np.random.default_rng(15), B=2, Tq=33, Tk=47, HQ=4, H=2, bias=shape, sink="1d")
+        plans = spy_launches(self.fw, monkeypatch)
+        self._check(case, {"causal": True}, constant=("bias",))
+        assert all("dbias" not in plan.output_names for plan in plans)
+        assert any("dq" in plan.output_names for plan in plans), "the spy saw no backward"
+
+    @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+    @pytest.mark.parametrize("causal", [False, True])
+    @pytest.mark.parametrize("case", sorted(GPU_CASES))
+    def test_gpu_sizes(self, case, causal, dtype):
+        # The configs a GPU picks (core_triton.flash_attention's
+        # _measured_choice for head dim 128 at T >= 2048, the autotuned
+        # sweep at 256, the fixed configs and the bias-gradient kernel with
+        # a bias), against the float64 reference.  The interpreter runs
+        # other (small) blocks: GPU only.
+        if interpreter_requested():
+            pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
+        D, T, bias, only = GPU_CASES[case]
+        if only is not None and only != (causal, dtype):
+            pytest.skip(f"{case}: run for causal={only[0]}, {only[1]} only")
+        c = make_case(np.random.default_rng(16), Tq=T, Tk=T, HQ=4, H=2, D=D, bias=bias)
+        self._check(c, {"causal": causal}, dtype=dtype)
 
     def test_defaults_and_no_lse(self):
         fw = self.fw

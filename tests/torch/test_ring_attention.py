@@ -1,24 +1,30 @@
 """ring_attention over gloo processes on the CPU equals flash_attention on
 the gathered sequence, forward and gradients, for ring sizes 1, 2, 4, 8,
-contiguous and zig-zag layouts."""
+contiguous and zig-zag layouts; shards of several key blocks whose segment
+ids leave ring steps (and whole query rows) with no allowed key."""
 
 import datetime
+import importlib
 import os
 import socket
 
-import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 from tests.reference import rms_ratio
 
-# (zigzag, options, extras) - extras: sink / bias / seg / pos
+# (zigzag, options, extras) - extras: sink / sink_inf (-inf sinks) / bias
+# ([1, HQ, T, T]) / bias11 ([1, 1, T, T]) / bias_const (no gradient asked)
+# / seg / seg_shards (one segment per shard; the last shard's keys in none)
+# / pos / long (shards of 40 tokens: two 32-key blocks in the interpreter)
 CASES = [
     (False, {"causal": True}, ()),
     (True, {"causal": True}, ()),
     (True, {"causal": True, "sliding_window": (9, 0), "logits_soft_cap": 2.0}, ("sink", "bias", "seg")),
     (False, {"sliding_window": 5}, ("pos",)),
+    (False, {}, ("long", "seg_shards", "sink_inf", "bias11")),
+    (True, {"causal": True}, ("long", "seg_shards", "sink", "bias_const")),
 ]
 
 
@@ -44,28 +50,49 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
     import torch_api
     from torch_api.ring_attention import zigzag_reorder, zigzag_restore
 
+    # The module (the package's attribute of that name is the function).
+    ring_module = importlib.import_module("torch_api.ring_attention")
+
+    # Every plan the ring launches, to see that a constant bias gets none
+    # for its gradient.
+    launched, real_launch = [], ring_module.launch
+
+    def spy(plan, inputs):
+        launched.append(plan)
+        return real_launch(plan, inputs)
+
+    ring_module.launch = spy
     try:
         for ci, (zigzag, opts, extras) in enumerate(cases):
             g = torch.Generator().manual_seed(ci)
-            B, HQ, H, D, t = 1, 2, 1, 16, 8
+            B, HQ, H, D, t = 1, 2, 1, 16, 40 if "long" in extras else 8
             T = n * t
             x = {n_: torch.randn(*s, generator=g) for n_, s in
                  (("query", (B, T, HQ, D)), ("key", (B, T, H, D)), ("value", (B, T, H, D)))}  # fmt: skip
             do = torch.randn(B, T, HQ, D, generator=g)
             if "sink" in extras:
                 x["softmax_aux"] = torch.randn(HQ, 2, generator=g)
-            if "bias" in extras:
+            if "sink_inf" in extras:  # head 0: one -inf sink; head 1: only -inf
+                x["softmax_aux"] = torch.tensor([[-float("inf"), 0.5], [-float("inf")] * 2])
+            if "bias" in extras or "bias_const" in extras:
                 x["bias"] = torch.randn(1, HQ, T, T, generator=g)
+            if "bias11" in extras:
+                x["bias"] = torch.randn(1, 1, T, T, generator=g)
             idx = {}
             if "seg" in extras:
                 idx["q_segment_ids"] = torch.sort(torch.randint(0, 3, (B, T), generator=g))[0].int()
+            if "seg_shards" in extras:
+                shard = (torch.arange(T) // t).int()[None]
+                idx["q_segment_ids"] = shard
+                idx["kv_segment_ids"] = torch.where(shard == n - 1, 99, shard).int()
             if "pos" in extras:
                 idx["q_positions"] = (torch.arange(T) * 2).int()[None]
                 idx["kv_positions"] = (torch.arange(T) * 2 + 1).int()[None]
             x = {k: v.to(dev) for k, v in x.items()}
             idx = {k: v.to(dev) for k, v in idx.items()}
             do = do.to(dev)
-            leaves = {k: v.clone().requires_grad_(True) for k, v in x.items()}
+            const = "bias_const" in extras
+            leaves = {k: v.clone().requires_grad_(not (const and k == "bias")) for k, v in x.items()}
             ref = torch_api.flash_attention(**leaves, **idx, **opts)
             ref.backward(do)
 
@@ -73,16 +100,20 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
                 a = zigzag_reorder(a, n, axis) if zigzag else a
                 return a.narrow(axis, rank * t, t).contiguous()
 
-            mine = {k: local(v, 2 if k == "bias" else 1).requires_grad_(True) if k != "softmax_aux" else
-                    v.clone().requires_grad_(True) for k, v in x.items()}  # fmt: skip
+            mine = {k: local(v, 2 if k == "bias" else 1) if k != "softmax_aux" else v.clone()
+                    for k, v in x.items()}  # fmt: skip
+            mine = {k: v.requires_grad_(not (const and k == "bias")) for k, v in mine.items()}
+            launched.clear()
             out = torch_api.ring_attention(
                 **mine, **{k: local(v) for k, v in idx.items()}, **opts, zigzag=zigzag
             )
             out.backward(local(do))
+            if const and any("dbias" in p.output_names for p in launched):
+                errors.put(f"n={n} case={ci} rank={rank}: a bias-gradient launch for a constant bias")
             checks = [("out", out, local(ref))]
             for k in ("query", "key", "value"):
                 checks.append((k, mine[k].grad, local(leaves[k].grad)))
-            if "bias" in mine:
+            if "bias" in mine and not const:
                 checks.append(("bias", mine["bias"].grad, local(leaves["bias"].grad, 2)))
             if "softmax_aux" in mine:
                 total = mine["softmax_aux"].grad.clone()
@@ -90,6 +121,7 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
                 checks.append(("softmax_aux", total, leaves["softmax_aux"].grad))
             for what, a, b in checks:
                 err = rms_ratio(a.detach().cpu().numpy(), b.detach().cpu().numpy())
+                # NaN fails too (the comparison is False).
                 if not err <= 1e-5:
                     errors.put(f"n={n} case={ci} rank={rank} {what}: {err:.2e}")
             assert zigzag_restore(zigzag_reorder(do, n), n).equal(do)
@@ -134,4 +166,3 @@ def test_errors_name_the_argument():
     if not torch.distributed.is_initialized():
         with pytest.raises(ValueError, match="process group"):
             torch_api.ring_attention(q, q, q)
-    _ = np
