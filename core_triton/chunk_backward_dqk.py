@@ -91,14 +91,10 @@ def chunk_backward_dqk_kernel(
 
     o_t = ts + tl.arange(0, BT).to(tl.int64)
     m_t = o_t < te
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    m_tk = m_t[:, None] & m_k[None, :]
     state_off = (slot * H + i_h) * K * V
     b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
     decay = intra_decay(b, m_t, BT, REVERSE, False) * scale
     decay_t = intra_decay(b, m_t, BT, REVERSE, True) * scale
-    b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
 
     # Is this the chunk visited last in its sequence (then dh[slot] is dht)?
     if REVERSE:
@@ -107,51 +103,63 @@ def chunk_backward_dqk_kernel(
         is_last = (te == eos) & (te > ts)
     final_term = tl.zeros([BK], dtype=tl.float32)
 
-    b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     w_row = tl.zeros([BT], dtype=tl.float32)
-    for j in tl.static_range(GROUP):
-        i_hq = i_h * GROUP + j
-        acc_q = tl.zeros([BT, BK], dtype=tl.float32)
-        scores = tl.zeros([BT, BT], dtype=tl.float32)  # [i, j] = do_i . v_j
-        scores_t = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
-        for i_v in range(0, tl.cdiv(V, BV)):
-            o_v = i_v * BV + tl.arange(0, BV)
-            m_v = o_v < V
-            m_tv = m_t[:, None] & m_v[None, :]
-            m_vk = m_v[:, None] & m_k[None, :]
-            b_do = tl.load(do + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :], mask=m_tv, other=0)
-            b_v = tl.load(v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0)
-            # States as [BV, BK] tiles: h^T loaded, not transposed in registers.
-            off_vk = o_k[None, :].to(tl.int64) * V + o_v[:, None]
-            b_ht = tl.load(h + state_off + off_vk, mask=m_vk, other=0)
-            acc_q += state_dot(b_do, b_ht, IEEE, STATE_F32)
-            scores += dot(b_do, tl.trans(b_v), IEEE)
-            scores_t += dot(b_v, tl.trans(b_do), IEEE)
+    # K tiles: one when BK >= K (the usual case); more only where whole-K
+    # [BT, BK] operand tiles would not fit in shared memory (K near 256 with
+    # long chunks or float32, see shared_memory.py), at the price of
+    # recomputing the K-independent scores once per tile.
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        b_k = tl.load(k + (o_t[:, None] * H + i_h) * K + o_k[None, :], mask=m_tk, other=0)
+        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+        for j in tl.static_range(GROUP):
+            i_hq = i_h * GROUP + j
+            acc_q = tl.zeros([BT, BK], dtype=tl.float32)
+            scores = tl.zeros([BT, BT], dtype=tl.float32)  # [i, j] = do_i . v_j
+            scores_t = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
+            for i_v in range(0, tl.cdiv(V, BV)):
+                o_v = i_v * BV + tl.arange(0, BV)
+                m_v = o_v < V
+                m_tv = m_t[:, None] & m_v[None, :]
+                m_vk = m_v[:, None] & m_k[None, :]
+                b_do = tl.load(do + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :], mask=m_tv, other=0)
+                b_v = tl.load(v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0)
+                # States as [BV, BK] tiles: h^T loaded, not transposed in registers.
+                off_vk = o_k[None, :].to(tl.int64) * V + o_v[:, None]
+                b_ht = tl.load(h + state_off + off_vk, mask=m_vk, other=0)
+                acc_q += state_dot(b_do, b_ht, IEEE, STATE_F32)
+                scores += dot(b_do, tl.trans(b_v), IEEE)
+                scores_t += dot(b_v, tl.trans(b_do), IEEE)
+                if j == 0:
+                    b_dht = tl.load(dh + state_off + off_vk, mask=m_vk, other=0)
+                    b_dk += state_dot(b_v, b_dht, IEEE, STATE_F32)
+                    if USE_G or USE_GAMMA:
+                        if USE_DHT:
+                            # <dht, final> of this sequence and head, partial over V and K tiles.
+                            st_off = (i_n.to(tl.int64) * H + i_h) * K * V
+                            # (a full-shape mask: the interpreter refuses a broadcast scalar one)
+                            m_f = m_vk & ((o_v[:, None] * 0 + is_last.to(tl.int32)) > 0)
+                            f1 = tl.load(dht + st_off + off_vk, mask=m_f, other=0).to(tl.float32)
+                            f2 = tl.load(final + st_off + off_vk, mask=m_f, other=0).to(tl.float32)
+                            final_term += tl.sum(f1 * f2, axis=0)
             if j == 0:
-                b_dht = tl.load(dh + state_off + off_vk, mask=m_vk, other=0)
-                b_dk += state_dot(b_v, b_dht, IEEE, STATE_F32)
-                if USE_G or USE_GAMMA:
-                    if USE_DHT:
-                        # <dht, final> of this sequence and head, partial over V tiles.
-                        st_off = (i_n.to(tl.int64) * H + i_h) * K * V
-                        # (a full-shape mask: the interpreter refuses a broadcast scalar one)
-                        m_f = m_vk & ((o_v[:, None] * 0 + is_last.to(tl.int32)) > 0)
-                        f1 = tl.load(dht + st_off + off_vk, mask=m_f, other=0).to(tl.float32)
-                        f2 = tl.load(final + st_off + off_vk, mask=m_f, other=0).to(tl.float32)
-                        final_term += tl.sum(f1 * f2, axis=0)
-        if j == 0:
-            b_dk = b_dk * tl.where(m_t, tl.exp(b_tot - b), 0.0)[:, None]
-        b_q = tl.load(q + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], mask=m_tk, other=0)
-        b_dq = acc_q * (tl.where(m_t, tl.exp(b), 0.0) * scale)[:, None]
-        b_dq += dot((scores * decay).to(b_k.dtype), b_k, IEEE)
-        tl.store(dq + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], b_dq.to(dq.dtype.element_ty), mask=m_tk)
-        b_dk += dot((scores_t * decay_t).to(b_q.dtype), b_q, IEEE)
-        if USE_G or USE_GAMMA:
-            w_row += tl.sum(b_q.to(tl.float32) * b_dq, axis=1)
+                b_dk = b_dk * tl.where(m_t, tl.exp(b_tot - b), 0.0)[:, None]
+            b_q = tl.load(q + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], mask=m_tk, other=0)
+            b_dq = acc_q * (tl.where(m_t, tl.exp(b), 0.0) * scale)[:, None]
+            b_dq += dot((scores * decay).to(b_k.dtype), b_k, IEEE)
+            tl.store(
+                dq + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], b_dq.to(dq.dtype.element_ty), mask=m_tk
+            )
+            b_dk += dot((scores_t * decay_t).to(b_q.dtype), b_q, IEEE)
+            if USE_G or USE_GAMMA:
+                w_row += tl.sum(b_q.to(tl.float32) * b_dq, axis=1)
 
-    tl.store(dk + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_dk.to(dk.dtype.element_ty), mask=m_tk)
+        tl.store(dk + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_dk.to(dk.dtype.element_ty), mask=m_tk)
+        if USE_G or USE_GAMMA:
+            w_row -= tl.sum(b_k.to(tl.float32) * b_dk, axis=1)
     if USE_G or USE_GAMMA:
-        w_row -= tl.sum(b_k.to(tl.float32) * b_dk, axis=1)
         if USE_DHT:
             # Every dg_t of the sequence gets <dht, final>: put it on the
             # last visited token, which every suffix (prefix) sum includes.

@@ -39,7 +39,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from core_triton import _cumsum_plan, _linear_attn_args, checks, head_sum
+from core_triton import _cumsum_plan, _linear_attn_args, checks, head_sum, shared_memory
 from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans
 from core_triton.chunk_backward_dqk import chunk_backward_dqk_kernel
 from core_triton.chunk_backward_dv import chunk_backward_dv_kernel
@@ -61,27 +61,62 @@ MAX_CHUNK = 256  # a chunk's [BT, BT] score tile must fit in registers
 TILE_OVERRIDES: dict[str, dict] = {}
 
 
-def _tiles(kernel: str, K: int, V: int, BT: int, interpreted: bool) -> dict:
-    """BK, BV, num_warps, num_stages of one kernel (BK only where the
-    kernel tiles K; chunk_dqk covers all of K)."""
+def _tiles(
+    kernel: str,
+    K: int,
+    V: int,
+    BT: int,
+    interpreted: bool,
+    *,
+    itemsize: int = 4,
+    state_itemsize: int = 4,
+    ieee: bool = True,
+    group: int = 1,
+    limit: int = shared_memory.H100_SHARED_BYTES,
+) -> dict:
+    """BK, BV, num_warps, num_stages of one kernel.
+
+    Compiled (``interpreted=False``): the measured tiles, or where their
+    modelled shared memory (shared_memory.need) exceeds ``limit`` bytes,
+    the largest smaller tiles that fit, then the same without pipelining.
+    ``itemsize``/``state_itemsize``: bytes per input/state element,
+    ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
+    case (float32, no grouped queries).  Where nothing fits (float32 inputs
+    with 256-token chunks: the [BT, BT] float32 scores alone take 256 KiB)
+    the smallest tiles are returned."""
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     if interpreted:
         # Whole numpy tiles run fastest; 64 still exercises multi-tile loops.
         t = dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2)
-    else:
-        t = {
-            "chunk_state": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
-            "chunk_output": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
-            "chunk_state_backward": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
-            "chunk_dv": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
-            "chunk_dqk": dict(BV=min(vp, 64), num_warps=8, num_stages=2),
-        }[kernel]
-        if BT >= 128:
-            t["num_warps"] = 8
+        return {**t, **TILE_OVERRIDES.get(kernel, {})}
+    t = {
+        "chunk_state": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_output": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_state_backward": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_dv": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
+        # All of K in one tile where it fits (no recomputed scores).
+        "chunk_dqk": dict(BK=kp, BV=min(vp, 64), num_warps=8, num_stages=2),
+    }[kernel]
+    if BT >= 128:
+        t["num_warps"] = 8
     t = {**t, **TILE_OVERRIDES.get(kernel, {})}
-    if kernel == "chunk_dqk":
-        t["BK"] = kp
-    return t
+    sizes = dict(itemsize=itemsize, state_itemsize=state_itemsize, ieee=ieee, group=group)
+    options = shared_memory.candidates(t["BK"], t["BV"], t["num_stages"])
+    for bk, bv, stages in options:
+        if shared_memory.need(kernel, BT, bk, bv, stages, **sizes) <= limit:
+            break
+    return {**t, "BK": bk, "BV": bv, "num_stages": stages}
+
+
+def kernel_chunk(chunk: int, dtype: str) -> int:
+    """The chunk length the kernels run for a ``chunk_size`` of ``chunk``.
+
+    ``chunk_size`` only groups the computation (the result is the same
+    recurrence, up to rounding), so where a chunk's tiles cannot fit in
+    shared memory the kernels run shorter chunks: float32 inputs with
+    256-token chunks, whose ``[256, 256]`` float32 score tile alone takes
+    256 KiB against the H100's 227 KiB, run on 128-token chunks."""
+    return min(chunk, 128) if dtype == "float32" else chunk
 
 
 def check_chunk_size(chunk_size) -> int:
@@ -126,7 +161,7 @@ def plans(
         raise ValueError(f"cu_seqlens holds no sequence but the inputs have seq_len {args.T}")
     return _make_plans(
         args,
-        chunk,
+        kernel_chunk(chunk, args.dtype),
         g.dtype if g is not None else None,
         g_gamma.dtype if g_gamma is not None else None,
         initial_state.dtype if initial_state is not None else None,
@@ -196,7 +231,17 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
         """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
         to the grid (empty problems launch nothing)."""
-        t = _tiles(name, K, V, BT, interpreted)
+        t = _tiles(
+            name,
+            K,
+            V,
+            BT,
+            interpreted,
+            itemsize=4 if ieee else 2,
+            state_itemsize=4 if state_f32 else 2,
+            ieee=ieee,
+            group=HQ // H,
+        )
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         return LaunchPlan(
             kernel=kernel,

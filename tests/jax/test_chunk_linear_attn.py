@@ -5,7 +5,13 @@ import numpy as np
 from tests.frameworks import JaxFramework
 from tests.reference import assert_close
 from tests.reference_linear import linear_attention_ref
-from tests.suites.chunk_linear_attn import CU_SEQLENS, SMALL, ChunkLinearAttnGpuSuite, ChunkLinearAttnSuite
+from tests.suites.chunk_linear_attn import (
+    CU_SEQLENS,
+    SMALL,
+    ChunkLinearAttnGpuSuite,
+    ChunkLinearAttnLargeTileSuite,
+    ChunkLinearAttnSuite,
+)
 from tests.suites.recurrent import make_case
 
 FW = JaxFramework()
@@ -37,4 +43,8 @@ class TestJaxChunkLinearAttn(ChunkLinearAttnSuite):
 
 
 class TestJaxChunkLinearAttnGpu(ChunkLinearAttnGpuSuite):
+    fw = FW
+
+
+class TestJaxChunkLinearAttnLargeTiles(ChunkLinearAttnLargeTileSuite):
     fw = FW

@@ -223,3 +223,39 @@ class ChunkLinearAttnGpuSuite:
         assert_close(fw.numpy(ht[1:]), fw.numpy(ht2), "bfloat16", "final_state")
         for n in ("query", "key", "value", "g"):
             assert_close(fw.numpy(grads[n][:, s]), fw.numpy(grads2[n]), "bfloat16", n)
+
+
+# Chunk sizes and head dims whose tiles the shared-memory model shrinks
+# (core_triton/shared_memory.py); float32 with 256-token chunks runs on
+# 128-token kernel chunks (chunk_linear_attn.kernel_chunk).
+LARGE_TILE_CASES = [
+    pytest.param(K, BT, dtype, id=f"K{K}-chunk{BT}-{dtype}")
+    for K, BT in ((256, 64), (256, 128), (256, 256), (128, 128), (128, 256))
+    for dtype in ("bfloat16", "float32")
+]
+
+
+class ChunkLinearAttnLargeTileSuite:
+    """GPU only: head dims up to 256 and chunks up to 256 tokens launch
+    (their tiles fit in shared memory) and match the float64 reference,
+    forward and backward, with both gates, grouped queries and an initial
+    state.  Moderate sizes: B=1, T=600, HQ=4, H=2."""
+
+    fw = None
+
+    @pytest.mark.parametrize("K,BT,dtype", LARGE_TILE_CASES)
+    @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
+    def test_large_tiles_against_reference(self, K, BT, dtype, reverse):
+        from core_triton.runtime import interpreter_requested
+
+        if interpreter_requested():
+            pytest.skip("GPU-only sizes")
+        api = self.fw.api
+        x, cu, cots = make_case(
+            self.fw, gates=("g", "g_gamma"), packed=False, h0=True, B=1, T=600, HQ=4, H=2, K=K, V=K, seed=3
+        )
+
+        def fn(**kw):
+            return api.chunk_linear_attn(**kw, reverse=reverse, chunk_size=BT)
+
+        check_case(self.fw, fn, x, cu, cots, dtype=dtype, reverse=reverse)

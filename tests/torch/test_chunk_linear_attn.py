@@ -1,7 +1,12 @@
 import pytest
 
 from tests.frameworks import TorchFramework
-from tests.suites.chunk_linear_attn import SMALL, ChunkLinearAttnGpuSuite, ChunkLinearAttnSuite
+from tests.suites.chunk_linear_attn import (
+    SMALL,
+    ChunkLinearAttnGpuSuite,
+    ChunkLinearAttnLargeTileSuite,
+    ChunkLinearAttnSuite,
+)
 from tests.suites.recurrent import check_case, make_case
 
 FW = TorchFramework()
@@ -30,4 +35,8 @@ class TestTorchChunkLinearAttn(ChunkLinearAttnSuite):
 
 
 class TestTorchChunkLinearAttnGpu(ChunkLinearAttnGpuSuite):
+    fw = FW
+
+
+class TestTorchChunkLinearAttnLargeTiles(ChunkLinearAttnLargeTileSuite):
     fw = FW
