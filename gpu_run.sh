@@ -34,9 +34,11 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   # in the same worker (torch) would then run out of memory.
   # Tests that take tens of GB (marked xdist_group("gpu_memory")) run after
   # the rest, alone on the GPU: beside 15 busy workers one ran out of memory.
-  XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
+  # SKIP_MAIN=1 / SKIP_BIG=1 leave out one of the two halves (one device
+  # call is at most 10 minutes).
+  [ -n "${SKIP_MAIN:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
     -m "not xdist_group" --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
-  XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
+  [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
     -m xdist_group -W ignore::DeprecationWarning --durations=5 -rfE --tb=short ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests-big.log"
   [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi
