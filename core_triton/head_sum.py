@@ -42,11 +42,13 @@ def plans(src: str, rows: int, features: int, dtype: str, output_name: str, inte
     # Rows per block: small under the interpreter, so that the tests' short
     # inputs still spread over several programs.
     br = 16 if interpreted else max(16, min(64, 4096 // bf))
-    # Pass 1: about 4 row blocks per program, at most 1024 programs; pass 2
-    # sums the partials.
-    P = max(1, min(1024, cdiv(rows, 4 * br)))
+    # Pass 1: about 4 row blocks per program, at least 2 and at most 1024
+    # programs; pass 2 sums the partials.  No run-time size is 1 (at least
+    # 2 programs, at least 2 rows each): jax-triton makes an int equal to 1
+    # a constant, which would compile another variant of the kernel.
+    P = max(2, min(1024, cdiv(rows, 4 * br)))
     passes = (
-        (rows, cdiv(rows, P), P, src, OutputSpec((P, features), "float32"), f"{output_name}_parts"),
+        (rows, max(2, cdiv(rows, P)), P, src, OutputSpec((P, features), "float32"), f"{output_name}_parts"),
         (P, P, 1, f"{output_name}_parts", OutputSpec((features,), dtype), output_name),
     )
     return tuple(

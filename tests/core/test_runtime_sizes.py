@@ -121,3 +121,16 @@ def test_a_size_left_as_a_constant_is_caught():
     undeclared = SimpleNamespace(arg_names=a.kernel.arg_names, fn=a.kernel.fn, runtime_sizes=("NT", "NS"))
     a, b = (dataclasses.replace(p, kernel=undeclared) for p in (a, b))
     assert _signature(a) != _signature(b)
+
+
+def test_fixed_order_sums_pass_no_size_equal_to_one():
+    # jax-triton makes an int argument equal to 1 a constant (another
+    # compiled variant): the two passes of head_sum never pass one, whatever
+    # the number of rows (sequences times value tiles for d_g_gamma).
+    from core_triton import head_sum
+
+    for rows in (2, 3, 5, 64, 257, 6000, 10**6):
+        first, second = head_sum.plans("x", rows, 3, "float32", "out", interpreted=False)
+        for p in (first, second):
+            assert all(v >= 2 for v in p.params[1:]), (rows, p.params)
+        assert first.grid[1] >= 2 and second.grid[1] == 1
