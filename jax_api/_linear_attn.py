@@ -1,5 +1,5 @@
 """custom_vjp plumbing shared by the linear-attention ops: each returns
-``core_triton._linear_attn_args.LinearAttnPlans``, and this runs them."""
+``core_triton.linear_attn.args.LinearAttnPlans``, and this runs them."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""``chunk_global_cumsum`` for JAX (semantics: core_triton.chunk_global_cumsum)."""
+"""``chunk_global_cumsum`` for JAX (semantics: core_triton.cumsum.chunk_global)."""
 
 from __future__ import annotations
 
 import jax
 
-from core_triton import chunk_global_cumsum as core
+from core_triton.cumsum import chunk_global as core
 from jax_api._cumsum import segment_cumsum
 from jax_api._launch import dtype_arg, host_values, info
 

@@ -1,4 +1,4 @@
-"""``flash_attention`` for JAX (semantics: core_triton.flash_attention).
+"""``flash_attention`` for JAX (semantics: core_triton.attention.flash).
 
 One ``jax.custom_vjp`` over the forward launch; the backward runs the
 preprocess, dK/dV and dQ launches.  Segment ids, positions and the piece
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from core_triton import flash_attention as core
+from core_triton.attention import flash as core
 from jax_api._launch import info, launch
 
 
@@ -54,7 +54,7 @@ _JITTED: dict[int, tuple] = {}
 
 
 def attention_call(plans, query, key, value, softmax_aux, bias, index):
-    """Run ``plans`` (core_triton.flash_attention.AttentionPlans) as a
+    """Run ``plans`` (core_triton.attention.flash.AttentionPlans) as a
     differentiable op; returns ``(out, lse)``.  ``index``: the plans' index
     inputs (``qoff``, ``koff`` and segment ids / positions by name).  A
     cotangent on ``lse`` is honoured: it enters as ``delta - dlse``.  The

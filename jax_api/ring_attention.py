@@ -1,5 +1,5 @@
 """``ring_attention`` for JAX: flash attention over a sequence sharded along
-a ``shard_map`` axis (algorithm: core_triton.ring_attention).
+a ``shard_map`` axis (algorithm: core_triton.attention.ring).
 
 Forward: ``n`` steps; at each, the next key/value shard is already on its
 way (``lax.ppermute``, independent of the step's kernel, so XLA overlaps
@@ -17,7 +17,7 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from core_triton import ring_attention as core
+from core_triton.attention import ring as core
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 

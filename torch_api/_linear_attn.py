@@ -1,12 +1,12 @@
 """Autograd plumbing shared by the linear-attention ops: each returns
-``core_triton._linear_attn_args.LinearAttnPlans``, and this runs them."""
+``core_triton.linear_attn.args.LinearAttnPlans``, and this runs them."""
 
 from __future__ import annotations
 
 import torch
 
 from core_triton import run_named
-from core_triton._linear_attn_args import OPERANDS
+from core_triton.linear_attn.args import OPERANDS
 from torch_api._launch import launch
 from torch_api.utils import prepare_chunk_offsets
 

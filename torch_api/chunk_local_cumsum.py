@@ -1,10 +1,10 @@
-"""``chunk_local_cumsum`` for PyTorch (semantics: core_triton.chunk_local_cumsum)."""
+"""``chunk_local_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_local)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton import chunk_local_cumsum as core
+from core_triton.cumsum import chunk_local as core
 from torch_api._cumsum import segment_cumsum
 from torch_api._launch import dtype_arg, host_values, info
 

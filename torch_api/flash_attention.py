@@ -1,4 +1,4 @@
-"""``flash_attention`` for PyTorch (semantics: core_triton.flash_attention).
+"""``flash_attention`` for PyTorch (semantics: core_triton.attention.flash).
 
 One ``torch.autograd.Function`` over the forward launch; the backward runs
 the preprocess, dK/dV and dQ launches, and the bias-gradient launch only
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from core_triton import flash_attention as core
+from core_triton.attention import flash as core
 from torch_api._launch import device_constant, info, launch
 
 

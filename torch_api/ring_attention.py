@@ -1,6 +1,6 @@
 """``ring_attention`` for PyTorch: flash attention over a sequence sharded
 across the ranks of a ``torch.distributed`` group (algorithm:
-core_triton.ring_attention).  Point-to-point ``isend``/``irecv`` move the
+core_triton.attention.ring).  Point-to-point ``isend``/``irecv`` move the
 key/value shards (and in the backward their float32 dK/dV accumulators)
 to the next rank while the current step's kernels run; partial results
 merge in float32 by log-sum-exp.  NCCL on GPUs, gloo on the CPU.
@@ -13,7 +13,7 @@ import functools
 import torch
 import torch.distributed as dist
 
-from core_triton import ring_attention as core
+from core_triton.attention import ring as core
 from torch_api._launch import device_constant, info, launch
 from torch_api.flash_attention import sink_grad
 

@@ -8,7 +8,7 @@ than 14 minutes).  Here every op's plans are built for three different
 lengths and numbers of sequences, and each launch must be the same kernel
 specialisation: the same constexprs, warps and stages, and the same value
 for every int argument that the kernel does not list as a run-time size
-(``core_triton.runtime.jit``).  Only grids and run-time sizes may differ.
+(``core_triton.common.runtime.jit``).  Only grids and run-time sizes may differ.
 Flash attention is checked for its lengths only (``Tq``, ``Tk`` and the
 piece lengths are run-time sizes): its stride arguments, some of which
 follow the lengths, are still specialised by PyTorch's launcher on
@@ -24,9 +24,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum, flash_attention, recurrent
-from core_triton.launch import In, LaunchPlan, TensorInfo
-from core_triton.utils import contiguous_strides
+from core_triton.attention import flash as flash_attention
+from core_triton.common.launch import In, LaunchPlan, TensorInfo
+from core_triton.common.utils import contiguous_strides
+from core_triton.cumsum import chunk_global as chunk_global_cumsum
+from core_triton.cumsum import chunk_local as chunk_local_cumsum
+from core_triton.linear_attn import chunk as chunk_linear_attn
+from core_triton.linear_attn import recurrent
 
 # (seq_len, number of packed sequences), none of them 1 (jax-triton makes
 # an int equal to 1 a constant) and with every divisibility by 16 mixed.

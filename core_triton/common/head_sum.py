@@ -11,9 +11,9 @@ partials with ``P = 1``.  The last output has the parameter's dtype.
 
 import triton.language as tl
 
-from core_triton.launch import In, LaunchPlan, OutputSpec
-from core_triton.runtime import jit
-from core_triton.utils import cdiv, next_power_of_2
+from core_triton.common.launch import In, LaunchPlan, OutputSpec
+from core_triton.common.runtime import jit
+from core_triton.common.utils import cdiv, next_power_of_2
 
 
 @jit(sizes=("R", "RC"))

@@ -6,11 +6,11 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core_triton import checks
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.runtime import is_interpreted
-from core_triton.segment_cumsum import segment_cumsum_kernel
-from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.common import checks
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import is_interpreted
+from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.cumsum.scan_kernel import segment_cumsum_kernel
 
 # Tiles hold about this many float32 values: enough per load to keep a
 # Hopper SM busy, few enough to stay in registers.

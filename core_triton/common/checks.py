@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from core_triton.launch import TensorInfo
+from core_triton.common.launch import TensorInfo
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 INDEX_DTYPES = ("int32", "int64")

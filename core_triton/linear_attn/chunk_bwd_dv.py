@@ -17,9 +17,9 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``gc``, ``g_gamma``,
 
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, dot, intra_decay, state_dot
-from core_triton.runtime import jit
-from core_triton.sequences import chunk_of_slot
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import chunk_of_slot
+from core_triton.linear_attn.chunk_common import chunk_gates, dot, intra_decay, state_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))

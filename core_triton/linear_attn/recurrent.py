@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 
-from core_triton import head_sum, reduce_partials
-from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans, validate
-from core_triton.checks import check_cu_seqlens_values
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.recurrent_bwd import recurrent_bwd_kernel
-from core_triton.recurrent_fwd import recurrent_fwd_kernel
-from core_triton.runtime import is_interpreted
-from core_triton.utils import cdiv, next_power_of_2
+from core_triton.common import head_sum, reduce_partials
+from core_triton.common.checks import check_cu_seqlens_values
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import is_interpreted
+from core_triton.common.utils import cdiv, next_power_of_2
+from core_triton.linear_attn.args import LinearAttnArgs, LinearAttnPlans, validate
+from core_triton.linear_attn.recurrent_bwd import recurrent_bwd_kernel
+from core_triton.linear_attn.recurrent_fwd import recurrent_fwd_kernel
 
 GATES = ("g", "g_gamma", "gk", "gv")
 # A state tile holds about this many float32 values (registers of one program).
@@ -89,7 +89,7 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
     interpreted = is_interpreted(recurrent_fwd_kernel)
     # Packed input: tokens that no sequence covers (traced cu_seqlens that
     # break the contract) are visited by no program; zero-filled, they get
-    # output 0 and gradient 0 (core_triton.sequences).
+    # output 0 and gradient 0 (core_triton.common.sequences).
     token_fill = 0.0 if a.packed else None
     nv = cdiv(V, bv)
     grid = (nv, N * H)

@@ -15,9 +15,10 @@ known from shapes alone, so traced ``cu_seqlens`` work under ``jax.jit``.
 
 from __future__ import annotations
 
-from core_triton import _cumsum_plan, checks
-from core_triton._cumsum_plan import CumsumPlans
-from core_triton.launch import TensorInfo
+from core_triton.common import checks
+from core_triton.common.launch import TensorInfo
+from core_triton.cumsum import plan as _cumsum_plan
+from core_triton.cumsum.plan import CumsumPlans
 
 
 def plans(

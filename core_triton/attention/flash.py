@@ -41,18 +41,18 @@ from dataclasses import dataclass
 
 import triton
 
-from core_triton import checks
-from core_triton._attention_common import POS_INF_INT
-from core_triton.flash_attention_bwd import (
+from core_triton.attention.flash_bwd import (
     flash_bwd_dbias_kernel,
     flash_bwd_dkdv_kernel,
     flash_bwd_dq_kernel,
     flash_bwd_preprocess_kernel,
 )
-from core_triton.flash_attention_fwd import flash_fwd_kernel
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.runtime import autotune, interpreter_requested
-from core_triton.utils import cdiv, next_power_of_2
+from core_triton.attention.flash_common import POS_INF_INT
+from core_triton.attention.flash_fwd import flash_fwd_kernel
+from core_triton.common import checks
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import autotune, interpreter_requested
+from core_triton.common.utils import cdiv, next_power_of_2
 
 MAX_HEAD_DIM = 256
 # Windows wider than this are unbounded (positions stay below 2**29).
@@ -458,7 +458,7 @@ def attention_plans(
     )
 
     # Cached: the torch binding replays a plan's compiled launch only when
-    # the same plan object comes back (core_triton.launch).
+    # the same plan object comes back (core_triton.common.launch).
     @functools.lru_cache(maxsize=8)
     def preprocess(o: TensorInfo, do: TensorInfo) -> LaunchPlan:
         bm = 32 if interpreter_requested() else 64

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core_triton import checks
-from core_triton.launch import LaunchPlan, TensorInfo
+from core_triton.common import checks
+from core_triton.common.launch import LaunchPlan, TensorInfo
 
 MAX_HEAD_DIM = 256
 # The float inputs of the linear-attention ops, in argument order.

@@ -9,9 +9,9 @@ run, get the same bits.
 
 import triton.language as tl
 
-from core_triton.launch import In, LaunchPlan, OutputSpec
-from core_triton.runtime import jit
-from core_triton.utils import cdiv, prod
+from core_triton.common.launch import In, LaunchPlan, OutputSpec
+from core_triton.common.runtime import jit
+from core_triton.common.utils import cdiv, prod
 
 _BLOCK = 1024
 

@@ -16,15 +16,15 @@ Layouts (contiguous): q ``[B*T, HQ, K]``, k ``[B*T, H, K]``, v ``[B*T, H, V]``,
 g ``[B*T, H]``, g_gamma ``[H]``, gk ``[B*T, H, K]``, gv ``[B*T, H, V]``,
 h0/ht ``[N, H, K, V]``; o ``[B*T, HQ, V]`` in the input's dtype.  Rows of a
 sequence are ``bos .. eos-1`` of the flattened ``B*T`` axis (clamped into
-it: core_triton.sequences); offsets are
+it: core_triton.common.sequences); offsets are
 64-bit so tensors past 2**31 elements index correctly.
 """
 
 import triton
 import triton.language as tl
 
-from core_triton.runtime import jit
-from core_triton.sequences import sequence_bounds
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_bounds
 
 
 @triton.jit

@@ -12,9 +12,9 @@ blocks of 64 tokens, so the grid is ``[N or 1, 1 or B, feature tiles]``.
 
 from __future__ import annotations
 
-from core_triton import _cumsum_plan
-from core_triton._cumsum_plan import CumsumPlans
-from core_triton.launch import TensorInfo
+from core_triton.common.launch import TensorInfo
+from core_triton.cumsum import plan as _cumsum_plan
+from core_triton.cumsum.plan import CumsumPlans
 
 
 def plans(

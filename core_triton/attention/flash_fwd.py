@@ -18,7 +18,7 @@ row offsets inside a slice are 64-bit when the plan sets ``ROW64``.
 import triton
 import triton.language as tl
 
-from core_triton._attention_common import (
+from core_triton.attention.flash_common import (
     LN2,
     LOG2E,
     POS_INF,
@@ -34,7 +34,7 @@ from core_triton._attention_common import (
     tanh,
     visible_key_range,
 )
-from core_triton.runtime import jit
+from core_triton.common.runtime import jit
 
 
 @triton.jit

@@ -39,16 +39,19 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from core_triton import _cumsum_plan, _linear_attn_args, checks, head_sum, shared_memory
-from core_triton._linear_attn_args import LinearAttnArgs, LinearAttnPlans
-from core_triton.chunk_backward_dqk import chunk_backward_dqk_kernel
-from core_triton.chunk_backward_dv import chunk_backward_dv_kernel
-from core_triton.chunk_output import chunk_output_kernel
-from core_triton.chunk_state import chunk_state_kernel
-from core_triton.chunk_state_backward import chunk_state_backward_kernel
-from core_triton.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.runtime import is_interpreted
-from core_triton.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.common import checks, head_sum
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import is_interpreted
+from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.cumsum import plan as _cumsum_plan
+from core_triton.linear_attn import args as _linear_attn_args
+from core_triton.linear_attn import shared_memory
+from core_triton.linear_attn.args import LinearAttnArgs, LinearAttnPlans
+from core_triton.linear_attn.chunk_bwd_dqk import chunk_backward_dqk_kernel
+from core_triton.linear_attn.chunk_bwd_dv import chunk_backward_dv_kernel
+from core_triton.linear_attn.chunk_bwd_state import chunk_state_backward_kernel
+from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel
+from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel
 
 MIN_CHUNK = 16  # tl.dot needs every dimension >= 16
 MAX_CHUNK = 256  # a chunk's [BT, BT] score tile must fit in registers
@@ -203,7 +206,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     h_shape = (B * NS, H, K, V)
     # Packed input: rows that no sequence covers (only possible when traced
     # cu_seqlens break the contract) are written by no program; zero-filled
-    # they give output 0 and gradient 0 (core_triton.sequences).
+    # they give output 0 and gradient 0 (core_triton.common.sequences).
     token_fill = 0.0 if a.packed else None
     state_shape = (N, H, K, V)
 

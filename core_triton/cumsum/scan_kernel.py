@@ -9,7 +9,7 @@ tokens, carrying the running sum between blocks:
 a window is one chunk of ``CHUNK`` tokens of one sequence; program axis 0
 enumerates chunk slots (for packed input, chunk slot ``i`` is mapped to its
 sequence by a binary search over the cumulative chunk counts
-``chunk_offsets``, clamped as core_triton.sequences says).
+``chunk_offsets``, clamped as core_triton.common.sequences says).
 
 A whole-sequence (global) scan is two launches over chunks of a fixed
 ``CHUNK``: ``PASS=1`` writes each chunk's total to ``out`` (``[slots, rows,
@@ -25,8 +25,8 @@ All offsets are 64-bit so tensors past 2**31 elements index correctly.
 import triton
 import triton.language as tl
 
-from core_triton.runtime import jit
-from core_triton.sequences import find_sequence, sequence_chunks
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import find_sequence, sequence_chunks
 
 
 @triton.jit

@@ -23,7 +23,7 @@ index), so a ring step reads its own columns of a bias that spans every key.
 import triton
 import triton.language as tl
 
-from core_triton.runtime import interpreter_requested
+from core_triton.common.runtime import interpreter_requested
 
 # Stand-in for +-infinity in int32 position arithmetic (|positions| < 2**29).
 # Compiled Triton reads module globals only when they are constexpr.

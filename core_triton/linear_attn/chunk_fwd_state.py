@@ -17,9 +17,9 @@ float32, the state after the last chunk.
 
 import triton.language as tl
 
-from core_triton._chunk_la_common import chunk_gates, update_dot
-from core_triton.runtime import jit
-from core_triton.sequences import sequence_chunks
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_chunks
+from core_triton.linear_attn.chunk_common import chunk_gates, update_dot
 
 
 @jit(sizes=("T", "NT", "NS"))

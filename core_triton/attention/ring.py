@@ -5,7 +5,7 @@ key/value sequences.  Key/value shards (with their segment ids and explicit
 positions) travel around the ring; at step ``s`` device ``r`` holds the
 shard of ``src = (r - s) mod n`` and runs the flash-attention kernels on
 (its queries, that shard) with the *global* positions of both, given as
-piece offsets (see core_triton._attention_common):
+piece offsets (see core_triton.attention.flash_common):
 
 * contiguous layout: one piece, offset ``rank * T_local``;
 * zig-zag layout (causal load balance): device ``r`` holds chunks ``r`` and
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import functools
 
-from core_triton import flash_attention as fa
-from core_triton.launch import TensorInfo
+from core_triton.attention import flash as fa
+from core_triton.common.launch import TensorInfo
 
 
 def offsets(rank, n: int, t_local: int, zigzag: bool) -> list:

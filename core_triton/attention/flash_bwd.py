@@ -36,7 +36,7 @@ Transposed tiles (``[keys, queries]``) are computed directly as
 import triton
 import triton.language as tl
 
-from core_triton._attention_common import (
+from core_triton.attention.flash_common import (
     LOG2E,
     POS_INF,
     allowed_mask,
@@ -53,7 +53,7 @@ from core_triton._attention_common import (
     tanh,
     visible_key_range,
 )
-from core_triton.runtime import jit
+from core_triton.common.runtime import jit
 
 
 @jit(sizes=("Tq",))

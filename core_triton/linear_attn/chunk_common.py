@@ -11,7 +11,7 @@ live in ``h [NS, H, K, V]``: one *slot* per chunk (batched input:
 ``slot = b * NT + c`` with ``NS = B * NT``; packed input: ``slot =
 chunk_offsets[n] + c``, with ``NS = cdiv(T, BT) + N`` slots, an upper bound
 known from shapes alone).  Where a sequence and its chunks lie comes from
-core_triton.sequences, which clamps both into the tensors.
+core_triton.common.sequences, which clamps both into the tensors.
 
 Gate convention inside a chunk, for both directions: ``b[i]`` is the log
 decay from the chunk boundary where the state *enters* (the first token
@@ -31,7 +31,7 @@ suffix cumsum and it means ``j >= i``.  The foundation's
 import triton
 import triton.language as tl
 
-from core_triton.runtime import interpreter_requested
+from core_triton.common.runtime import interpreter_requested
 
 # Triton 3.9's interpreter multiplies bfloat16 tiles as raw 16-bit integers
 # (tl.dot of two bfloat16 tiles returns garbage there); it gets float32

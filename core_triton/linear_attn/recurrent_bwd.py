@@ -30,9 +30,9 @@ buffers that a reduction launch sums and casts; ``dv``, ``dgv`` and
 
 import triton.language as tl
 
-from core_triton.recurrent_fwd import decay_state
-from core_triton.runtime import jit
-from core_triton.sequences import sequence_bounds
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_bounds
+from core_triton.linear_attn.recurrent_fwd import decay_state
 
 
 @jit(

@@ -14,8 +14,8 @@ import numbers
 
 import numpy as np
 
-from core_triton import checks
-from core_triton.launch import TensorInfo
+from core_triton.common import checks
+from core_triton.common.launch import TensorInfo
 
 MODES = ("chunk", "recurrent")
 
