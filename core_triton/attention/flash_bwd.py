@@ -43,9 +43,7 @@ from core_triton.attention.flash_common import (
     allowed_mask_t,
     block_can_be_allowed,
     block_ranges,
-    hint16,
     load_tile,
-    mma,
     offset_positions,
     piece_bounds,
     query_block_positions,
@@ -53,6 +51,7 @@ from core_triton.attention.flash_common import (
     tanh,
     visible_key_range,
 )
+from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.runtime import jit
 
 
@@ -218,7 +217,7 @@ def _dkdv_blocks(
                 delta = tl.load(DELTA_bh + offs_m)
             # An empty row has lse = -inf: +inf makes its p exactly 0.
             lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
-            qk_t = mma(k, tl.trans(q), DOT_PREC)  # [BN, BM]
+            qk_t = dot(k, tl.trans(q), DOT_PREC)  # [BN, BM]
             bias_t = qk_t
             if HAS_BIAS:
                 m64 = offs_m.to(tl.int64)
@@ -233,12 +232,12 @@ def _dkdv_blocks(
             elif HAS_SEG:
                 s_t = tl.where(kseg[:, None] == qseg[None, :], s_t, float("-inf"))
             p_t = tl.exp2(s_t - lse2[None, :])
-            dv += mma(p_t.to(do.dtype), do, DOT_PREC)
-            dp_t = mma(v, tl.trans(do), DOT_PREC)
+            dv += dot(p_t.to(do.dtype), do, DOT_PREC)
+            dp_t = dot(v, tl.trans(do), DOT_PREC)
             ds_t = p_t * (dp_t - delta[None, :])
             if HAS_CAP:
                 ds_t = ds_t * (1.0 - t_t * t_t)
-            dk += mma(ds_t.to(q.dtype), q, DOT_PREC)
+            dk += dot(ds_t.to(q.dtype), q, DOT_PREC)
     return dk, dv
 
 
@@ -527,7 +526,7 @@ def _dq_blocks(
                 MASK,
                 DV != BDV,
             )
-            qk = mma(q, tl.trans(k), DOT_PREC)
+            qk = dot(q, tl.trans(k), DOT_PREC)
             bias = qk
             if HAS_BIAS:
                 cols = (offs_n + koff).to(tl.int64)
@@ -542,11 +541,11 @@ def _dq_blocks(
             elif HAS_SEG:
                 s = tl.where(qseg[:, None] == kseg[None, :], s, float("-inf"))
             p = tl.exp2(s - lse2[:, None])
-            dp = mma(do, tl.trans(v), DOT_PREC)
+            dp = dot(do, tl.trans(v), DOT_PREC)
             ds = p * (dp - delta[:, None])
             if HAS_CAP:
                 ds = ds * (1.0 - t * t)
-            dq += mma(ds.to(k.dtype), k, DOT_PREC)
+            dq += dot(ds.to(k.dtype), k, DOT_PREC)
     return dq
 
 
@@ -887,9 +886,9 @@ def flash_bwd_dbias_kernel(
             delta = tl.load(DELTA + row + offs_m, mask=qvalid, other=0.0)
             # An empty row has lse = -inf: +inf makes its p exactly 0.
             lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
-            s, _ = _logits(mma(q, tl.trans(k), DOT_PREC), bias, scale, qk_scale, cap, HAS_CAP, True)
+            s, _ = _logits(dot(q, tl.trans(k), DOT_PREC), bias, scale, qk_scale, cap, HAS_CAP, True)
             p = tl.exp2(tl.where(allowed, s, float("-inf")) - lse2[:, None])
-            dp = mma(do, tl.trans(v), DOT_PREC)
+            dp = dot(do, tl.trans(v), DOT_PREC)
             acc += p * (dp - delta[:, None])
     out = DB_OUT + (pid_z.to(tl.int64) * Tq + m64)[:, None] * Tk + offs_n[None, :]
     store_tile(out, acc.to(DB_OUT.dtype.element_ty), qvalid, kvalid, True, True)

@@ -23,47 +23,12 @@ index), so a ring step reads its own columns of a bias that spans every key.
 import triton
 import triton.language as tl
 
-from core_triton.common.runtime import interpreter_requested
-
 # Stand-in for +-infinity in int32 position arithmetic (|positions| < 2**29).
 # Compiled Triton reads module globals only when they are constexpr.
 POS_INF_INT = 1 << 30
 POS_INF = tl.constexpr(POS_INF_INT)
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-
-
-# Triton 3.9's interpreter multiplies bfloat16 tiles as raw 16-bit integers
-# (garbage); there the operands go in as float32, which gives the same
-# products (a bf16 x bf16 product is exact in float32).
-_INTERPRETED = tl.constexpr(interpreter_requested())
-
-
-@triton.jit
-def mma(a, b, DOT_PREC: tl.constexpr):
-    """``tl.dot`` with float32 accumulation; ``DOT_PREC`` "ieee" for float32
-    inputs (no tf32 rounding), else the tensor cores' native products."""
-    if _INTERPRETED:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32))
-    else:
-        out = tl.dot(a, b, input_precision=DOT_PREC)
-    return out
-
-
-@triton.jit
-def hint16(value, DIVISIBLE: tl.constexpr):
-    """``value``, known to be a multiple of 16 when the plan says so.
-    jax-triton passes ints without Triton's divisibility specialisation, and
-    K/V tile loads then lose their 16-byte vectorisation and ``cp.async``
-    pipelining (seen on the H100: the JAX binding's flash forward at T=8192
-    went from 247 to 468 TFLOP/s with the hint; tests/core/test_codegen.py
-    checks the PTX).  ``tl.multiple_of`` on a scalar parameter is lost when
-    it passes through a helper function; ``(value // 16) * 16`` (exact: the
-    plan checked the divisibility) carries the fact through integer analysis
-    instead."""
-    if DIVISIBLE:
-        value = (value // 16) * 16
-    return value
 
 
 @triton.jit

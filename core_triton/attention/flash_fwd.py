@@ -25,15 +25,14 @@ from core_triton.attention.flash_common import (
     allowed_mask,
     block_can_be_allowed,
     block_ranges,
-    hint16,
     load_tile,
-    mma,
     piece_bounds,
     query_block_positions,
     store_tile,
     tanh,
     visible_key_range,
 )
+from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.runtime import jit
 
 
@@ -220,7 +219,7 @@ def _fwd_step(
         k = load_tile(
             K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd, kvalid, offs_d < D, MASK, D != BD
         )
-        qk = mma(q, tl.trans(k), DOT_PREC)
+        qk = dot(q, tl.trans(k), DOT_PREC)
         if HAS_CAP or HAS_BIAS:
             s = qk * scale
             if HAS_CAP:
@@ -256,7 +255,7 @@ def _fwd_step(
             MASK,
             DV != BDV,
         )
-        acc = acc * alpha[:, None] + mma(p.to(v.dtype), v, DOT_PREC)
+        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
         m_i = m_new
     return acc, m_i, l_i
 

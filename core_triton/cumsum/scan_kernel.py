@@ -22,29 +22,11 @@ Sums are accumulated in float32 and cast to the output's dtype on store.
 All offsets are 64-bit so tensors past 2**31 elements index correctly.
 """
 
-import triton
 import triton.language as tl
 
+from core_triton.common.kernel_helpers import stride_hint
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import find_sequence, sequence_chunks
-
-
-@triton.jit
-def _stride(stride, DIVISIBLE: tl.constexpr, UNIT: tl.constexpr):
-    """A stride with what the plan knows of it: 1 (a constant) when
-    ``UNIT``, else a multiple of 16 when ``DIVISIBLE``.
-
-    Strides follow the sequence length, so the launchers pass them without
-    specialising on their values (a new length would compile a new kernel)
-    and the plan states the facts that do not change with the length.
-    jax-triton makes an int equal to 1 a constant and tells nothing else;
-    stating both facts here gives both bindings the same compiled code, and
-    keeps 16-byte loads (6x faster here than without the hint)."""
-    if UNIT:
-        return 1
-    if DIVISIBLE:
-        stride = tl.multiple_of(stride, 16)
-    return stride
 
 
 @jit(sizes=("T", "N", "n_iter", *(f"stride_{a}{b}" for a in "xo" for b in "bths")))
@@ -82,15 +64,15 @@ def segment_cumsum_kernel(
     # a multiple of 16 (equal to 1) whatever the length.  The layout Triton
     # picks, and so the order of the float sums, follows these facts: the
     # same facts make both bindings give the same bits.
-    stride_xb = _stride(stride_xb, (DIV16 & 1) != 0, (UNIT & 1) != 0)
-    stride_xt = _stride(stride_xt, (DIV16 & 2) != 0, (UNIT & 2) != 0)
-    stride_xh = _stride(stride_xh, (DIV16 & 4) != 0, (UNIT & 4) != 0)
-    stride_xs = _stride(stride_xs, (DIV16 & 8) != 0, (UNIT & 8) != 0)
-    stride_ob = _stride(stride_ob, (DIV16 & 16) != 0, (UNIT & 16) != 0)
-    stride_ot = _stride(stride_ot, (DIV16 & 32) != 0, (UNIT & 32) != 0)
-    stride_oh = _stride(stride_oh, (DIV16 & 64) != 0, (UNIT & 64) != 0)
-    stride_os = _stride(stride_os, (DIV16 & 128) != 0, (UNIT & 128) != 0)
-    F = _stride(F, (DIV16 & 256) != 0, False)  # bit 8: the feature count
+    stride_xb = stride_hint(stride_xb, (DIV16 & 1) != 0, (UNIT & 1) != 0)
+    stride_xt = stride_hint(stride_xt, (DIV16 & 2) != 0, (UNIT & 2) != 0)
+    stride_xh = stride_hint(stride_xh, (DIV16 & 4) != 0, (UNIT & 4) != 0)
+    stride_xs = stride_hint(stride_xs, (DIV16 & 8) != 0, (UNIT & 8) != 0)
+    stride_ob = stride_hint(stride_ob, (DIV16 & 16) != 0, (UNIT & 16) != 0)
+    stride_ot = stride_hint(stride_ot, (DIV16 & 32) != 0, (UNIT & 32) != 0)
+    stride_oh = stride_hint(stride_oh, (DIV16 & 64) != 0, (UNIT & 64) != 0)
+    stride_os = stride_hint(stride_os, (DIV16 & 128) != 0, (UNIT & 128) != 0)
+    F = stride_hint(F, (DIV16 & 256) != 0, False)  # bit 8: the feature count
     i_w = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
     i_f = tl.program_id(2)

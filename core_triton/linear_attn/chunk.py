@@ -20,7 +20,7 @@ Backward (from ``do`` and the final state's cotangent ``dht``):
    (chunk_backward_dqk.py, which derives it);
 4. ``dg``: suffix sums of ``w`` per sequence (prefix sums when reversed),
    the foundation's global cumsum;
-5. ``dg_gamma``: column sums of ``dg`` (head_sum.py).
+5. ``dg_gamma``: column sums of ``dg`` (common/reductions.py).
 
 ``reverse=True`` runs natively: chunks still start at each sequence's
 first token, are visited last to first, and their gates are suffix sums.
@@ -39,7 +39,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from core_triton.common import checks, head_sum
+from core_triton.common import checks, reductions
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
@@ -368,7 +368,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         if use_g:
             grads.append(("g", "dg"))
     if use_gamma:
-        backward += head_sum.plans("dg", B * T, H, gamma_dtype, "dg_gamma", interpreted)
+        backward += reductions.head_sum_plans("dg", B * T, H, gamma_dtype, "dg_gamma", interpreted)
         grads.append(("g_gamma", "dg_gamma"))
     if use_h0:
         grads.append(("initial_state", "dh0"))

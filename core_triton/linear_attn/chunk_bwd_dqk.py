@@ -35,9 +35,10 @@ Inputs: ``q``, ``k``, ``v``, ``gc``, ``g_gamma``, ``h``, ``do``, ``dh``,
 
 import triton.language as tl
 
+from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.linear_attn.chunk_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -78,6 +79,7 @@ def chunk_backward_dqk_kernel(
     STATE_F32: tl.constexpr,
     BV: tl.constexpr,
 ):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
@@ -129,12 +131,12 @@ def chunk_backward_dqk_kernel(
                 # States as [BV, BK] tiles: h^T loaded, not transposed in registers.
                 off_vk = o_k[None, :].to(tl.int64) * V + o_v[:, None]
                 b_ht = tl.load(h + state_off + off_vk, mask=m_vk, other=0)
-                acc_q += state_dot(b_do, b_ht, IEEE, STATE_F32)
-                scores += dot(b_do, tl.trans(b_v), IEEE)
-                scores_t += dot(b_v, tl.trans(b_do), IEEE)
+                acc_q += state_dot(b_do, b_ht, PREC, STATE_F32)
+                scores += dot(b_do, tl.trans(b_v), PREC)
+                scores_t += dot(b_v, tl.trans(b_do), PREC)
                 if j == 0:
                     b_dht = tl.load(dh + state_off + off_vk, mask=m_vk, other=0)
-                    b_dk += state_dot(b_v, b_dht, IEEE, STATE_F32)
+                    b_dk += state_dot(b_v, b_dht, PREC, STATE_F32)
                     if USE_G or USE_GAMMA:
                         if USE_DHT:
                             # <dht, final> of this sequence and head, partial over V and K tiles.
@@ -148,11 +150,11 @@ def chunk_backward_dqk_kernel(
                 b_dk = b_dk * tl.where(m_t, tl.exp(b_tot - b), 0.0)[:, None]
             b_q = tl.load(q + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], mask=m_tk, other=0)
             b_dq = acc_q * (tl.where(m_t, tl.exp(b), 0.0) * scale)[:, None]
-            b_dq += dot((scores * decay).to(b_k.dtype), b_k, IEEE)
+            b_dq += dot((scores * decay).to(b_k.dtype), b_k, PREC)
             tl.store(
                 dq + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], b_dq.to(dq.dtype.element_ty), mask=m_tk
             )
-            b_dk += dot((scores_t * decay_t).to(b_q.dtype), b_q, IEEE)
+            b_dk += dot((scores_t * decay_t).to(b_q.dtype), b_q, PREC)
             if USE_G or USE_GAMMA:
                 w_row += tl.sum(b_q.to(tl.float32) * b_dq, axis=1)
 

@@ -17,9 +17,10 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``gc``, ``g_gamma``,
 
 import triton.language as tl
 
+from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.linear_attn.chunk_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -53,6 +54,7 @@ def chunk_backward_dv_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_v = tl.program_id(0)
     i_s = tl.program_id(1)
@@ -87,17 +89,17 @@ def chunk_backward_dv_kernel(
             b_qt = tl.load(
                 q + (o_t[None, :] * HQ + i_hq) * K + o_k[:, None], mask=m_k[:, None] & m_t[None, :], other=0
             )
-            scores_t += dot(b_k, b_qt, IEEE)
+            scores_t += dot(b_k, b_qt, PREC)
             if j == 0:
                 b_dh = tl.load(
                     dh_base + o_k[:, None].to(tl.int64) * V + o_v[None, :],
                     mask=m_k[:, None] & m_v[None, :],
                     other=0,
                 )
-                acc += state_dot(b_k, b_dh, IEEE, STATE_F32)
+                acc += state_dot(b_k, b_dh, PREC, STATE_F32)
         if j == 0:
             acc = acc * tl.where(m_t, tl.exp(b_tot - b), 0.0)[:, None]
         b_do = tl.load(do + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :], mask=m_tv, other=0)
-        acc += dot((scores_t * decay_t).to(b_do.dtype), b_do, IEEE)
+        acc += dot((scores_t * decay_t).to(b_do.dtype), b_do, PREC)
 
     tl.store(dv + (o_t[:, None] * H + i_h) * V + o_v[None, :], acc.to(dv.dtype.element_ty), mask=m_tv)

@@ -52,6 +52,7 @@ def chunk_state_backward_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_k = tl.program_id(0)
     i_v = tl.program_id(1)
@@ -102,7 +103,7 @@ def chunk_state_backward_kernel(
                 mask=m_t[:, None] & m_v[None, :],
                 other=0,
             )
-            upd += update_dot(b_qt * decay_q[None, :], b_do, IEEE, STATE_F32)
+            upd += update_dot(b_qt * decay_q[None, :], b_do, PREC, STATE_F32)
         grad = grad * tl.exp(b_tot) + upd * scale
 
     tl.store(dh0 + state_row + off_kv, grad.to(dh0.dtype.element_ty), mask=m_kv)

@@ -31,48 +31,30 @@ suffix cumsum and it means ``j >= i``.  The foundation's
 import triton
 import triton.language as tl
 
-from core_triton.common.runtime import interpreter_requested
-
-# Triton 3.9's interpreter multiplies bfloat16 tiles as raw 16-bit integers
-# (tl.dot of two bfloat16 tiles returns garbage there); it gets float32
-# operands instead.  Compiled kernels keep their half-precision products.
-_INTERPRETED = tl.constexpr(interpreter_requested())
+from core_triton.common.kernel_helpers import dot
 
 
 @triton.jit
-def dot(a, b, IEEE: tl.constexpr):
-    """``tl.dot`` with float32 accumulation; ``IEEE``: full float32
-    products (float32 inputs), else the tensor cores' native precision."""
-    if _INTERPRETED:
-        out = tl.dot(a.to(tl.float32), b.to(tl.float32))
-    elif IEEE:
-        out = tl.dot(a, b, input_precision="ieee")
-    else:
-        out = tl.dot(a, b)
-    return out
-
-
-@triton.jit
-def state_dot(a, s, IEEE: tl.constexpr, STATE_F32: tl.constexpr):
+def state_dot(a, s, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
     """``a @ s`` for a chunk-state tile ``s``: float32 operands when the
     states are float32 (tf32 products on the tensor cores, full float32
-    with ``IEEE``), else ``a``'s half dtype."""
+    with ``PRECISION`` "ieee"), else ``a``'s half dtype."""
     if STATE_F32:
-        out = dot(a.to(tl.float32), s.to(tl.float32), IEEE)
+        out = dot(a.to(tl.float32), s.to(tl.float32), PRECISION)
     else:
-        out = dot(a, s.to(a.dtype), IEEE)
+        out = dot(a, s.to(a.dtype), PRECISION)
     return out
 
 
 @triton.jit
-def update_dot(a, b, IEEE: tl.constexpr, STATE_F32: tl.constexpr):
+def update_dot(a, b, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
     """``a @ b`` where ``a`` (float32: decay-weighted keys or queries) builds
     a state update: kept float32 when states are, else rounded to ``b``'s
     half dtype like the tensor cores want."""
     if STATE_F32:
-        out = dot(a, b.to(tl.float32), IEEE)
+        out = dot(a, b.to(tl.float32), PRECISION)
     else:
-        out = dot(a.to(b.dtype), b, IEEE)
+        out = dot(a.to(b.dtype), b, PRECISION)
     return out
 
 

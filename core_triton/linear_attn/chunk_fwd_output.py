@@ -15,9 +15,10 @@ Output: ``o [B*T, HQ, V]`` in the inputs' dtype.
 
 import triton.language as tl
 
+from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.linear_attn.chunk_common import chunk_gates, dot, intra_decay, state_dot
+from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -51,6 +52,7 @@ def chunk_output_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_v = tl.program_id(0)
     i_s = tl.program_id(1)
     i_bh = tl.program_id(2)
@@ -83,13 +85,13 @@ def chunk_output_kernel(
         b_h = tl.load(
             h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
         )
-        acc += state_dot(b_q, b_h, IEEE, STATE_F32)
-        scores += dot(b_q, b_kt, IEEE)
+        acc += state_dot(b_q, b_h, PREC, STATE_F32)
+        scores += dot(b_q, b_kt, PREC)
 
     b, _ = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
     b_v = tl.load(v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0)
     scores = scores * intra_decay(b, m_t, BT, REVERSE, False)
-    out = acc * tl.exp(b)[:, None] + dot(scores.to(b_v.dtype), b_v, IEEE)
+    out = acc * tl.exp(b)[:, None] + dot(scores.to(b_v.dtype), b_v, PREC)
     out = out * scale
     tl.store(
         o + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :],

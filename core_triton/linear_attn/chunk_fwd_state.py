@@ -50,6 +50,7 @@ def chunk_state_kernel(
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_k = tl.program_id(0)
     i_v = tl.program_id(1)
     i_nh = tl.program_id(2)
@@ -93,6 +94,6 @@ def chunk_state_kernel(
         # Decay of each token's contribution to the end of the chunk; the
         # where() keeps rows past the chunk from overflowing exp.
         w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
-        state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, IEEE, STATE_F32)
+        state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, PREC, STATE_F32)
 
     tl.store(final + state_row + off_kv, state, mask=m_kv)

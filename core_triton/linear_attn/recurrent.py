@@ -7,7 +7,7 @@ initial/final state ``[N, H, K, V]`` float32.  Returns output
 ``[B, T, HQ, V]`` (input dtype) and the final state.
 
 Forward: one launch (recurrent_fwd).  Backward: one launch (recurrent_bwd)
-that recomputes the states, then reductions (reduce_partials) that sum the
+that recomputes the states, then reductions (common/reductions.py) that sum the
 per-value-tile partials and cast every gradient to its input's dtype.
 Inputs are read contiguous (the bindings make them so).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 
-from core_triton.common import head_sum, reduce_partials
+from core_triton.common import reductions
 from core_triton.common.checks import check_cu_seqlens_values
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import is_interpreted
@@ -174,19 +174,21 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
                 "d_initial_state",
             ),
         ),
-        reduce_partials.plan("dq_parts", nv, (B, T, HQ, K), a.dtype, "d_query"),
-        reduce_partials.plan("dk_parts", nv, (B, T, H, K), a.dtype, "d_key"),
+        reductions.reduce_partials_plan("dq_parts", nv, (B, T, HQ, K), a.dtype, "d_query"),
+        reductions.reduce_partials_plan("dk_parts", nv, (B, T, H, K), a.dtype, "d_key"),
     ]
     if "g" in dtypes:
-        backward.append(reduce_partials.plan("dg_parts", nv, (B, T, H), dtypes["g"], "d_g"))
+        backward.append(reductions.reduce_partials_plan("dg_parts", nv, (B, T, H), dtypes["g"], "d_g"))
     if "gk" in dtypes:
-        backward.append(reduce_partials.plan("dgk_parts", nv, (B, T, H, K), dtypes["gk"], "d_gk"))
+        backward.append(reductions.reduce_partials_plan("dgk_parts", nv, (B, T, H, K), dtypes["gk"], "d_gk"))
     if "gv" in dtypes:
-        backward.append(reduce_partials.plan("dgv_f32", 1, (B, T, H, V), dtypes["gv"], "d_gv"))
+        backward.append(reductions.reduce_partials_plan("dgv_f32", 1, (B, T, H, V), dtypes["gv"], "d_gv"))
     if "g_gamma" in dtypes:
         # N * nv partials: summed by run-time loops, so a new number of
         # packed sequences compiles nothing (a constexpr count did).
-        backward += head_sum.plans("dgamma_parts", N * nv, H, dtypes["g_gamma"], "d_g_gamma", interpreted)
+        backward += reductions.head_sum_plans(
+            "dgamma_parts", N * nv, H, dtypes["g_gamma"], "d_g_gamma", interpreted
+        )
     inputs = ("query", "key", "value", *(n for n in (*GATES, "initial_state") if n in dtypes))
     grads = tuple((n, f"d_{n}") for n in inputs)
     return LinearAttnPlans(a, (forward,), tuple(backward), inputs, (), (), grads)

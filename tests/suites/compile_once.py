@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from core_triton.common import head_sum, reduce_partials
+from core_triton.common import reductions
 from core_triton.common.runtime import interpreter_requested
 from core_triton.cumsum import scan_kernel as segment_cumsum
 from core_triton.linear_attn import chunk_bwd_dqk as chunk_backward_dqk
@@ -20,10 +20,10 @@ from core_triton.linear_attn import recurrent_bwd, recurrent_fwd
 
 KERNELS = {
     "recurrent": [recurrent_fwd.recurrent_fwd_kernel, recurrent_bwd.recurrent_bwd_kernel,
-                  reduce_partials.reduce_partials_kernel, head_sum.head_sum_kernel],
+                  reductions.reduce_partials_kernel, reductions.head_sum_kernel],
     "chunk": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
               chunk_backward_dqk.chunk_backward_dqk_kernel, segment_cumsum.segment_cumsum_kernel,
-              head_sum.head_sum_kernel],
+              reductions.head_sum_kernel],
     "global_cumsum": [segment_cumsum.segment_cumsum_kernel],
 }  # fmt: skip
 
