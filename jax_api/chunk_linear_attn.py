@@ -6,7 +6,7 @@ import jax
 
 from core_triton.linear_attn import chunk as core
 from jax_api._launch import host_values, info
-from jax_api._linear_attn import apply
+from jax_api._op import apply
 
 
 def chunk_linear_attn(

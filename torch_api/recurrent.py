@@ -6,7 +6,7 @@ import torch
 
 from core_triton.linear_attn import recurrent as core
 from torch_api._launch import host_values, info
-from torch_api._linear_attn import apply
+from torch_api._op import apply
 
 
 def recurrent(

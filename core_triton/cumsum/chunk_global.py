@@ -13,8 +13,8 @@ blocks of 64 tokens, so the grid is ``[N or 1, 1 or B, feature tiles]``.
 from __future__ import annotations
 
 from core_triton.common.launch import TensorInfo
+from core_triton.common.op import OpPlans
 from core_triton.cumsum import plan as _cumsum_plan
-from core_triton.cumsum.plan import CumsumPlans
 
 
 def plans(
@@ -25,7 +25,7 @@ def plans(
     head_first=False,
     output_dtype=None,
     cu_seqlens_values=None,
-) -> CumsumPlans:
+) -> OpPlans:
     """Check the arguments and plan forward and backward launches (inputs
     ``x``, ``cu_seqlens``; output ``[*s.shape]``).  ``cu_seqlens_values``:
     as for ``chunk_local_cumsum.plans``."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from core_triton.common import checks
 from core_triton.common.launch import TensorInfo
+from core_triton.common.op import OpPlans
 from core_triton.cumsum import plan as _cumsum_plan
-from core_triton.cumsum.plan import CumsumPlans
 
 
 def plans(
@@ -30,7 +30,7 @@ def plans(
     head_first=False,
     output_dtype=None,
     cu_seqlens_values=None,
-) -> CumsumPlans:
+) -> OpPlans:
     """Check the arguments and plan forward and backward launches (inputs
     ``x``, ``cu_seqlens``, ``chunk_offsets``; output ``[*g.shape]``).
     ``cu_seqlens_values`` are the host values of ``cu_seqlens`` where known

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from core_triton.common import checks
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
 from core_triton.cumsum.scan_kernel import segment_cumsum_kernel
@@ -24,21 +23,10 @@ _GLOBAL_CHUNK = 256
 _GLOBAL_CHUNK_INTERPRETED = 64
 
 
-@dataclass(frozen=True)
-class CumsumPlans:
-    """Forward launches, the backward launches as a function of the
-    cotangent's TensorInfo, and the chunk size for ``chunk_offsets``
-    (``None``: the kernels take no ``chunk_offsets``)."""
-
-    forward: tuple[LaunchPlan, ...]
-    backward: Callable[[TensorInfo], tuple[LaunchPlan, ...]]
-    offsets_chunk_size: int | None
-
-
 # Plans depend on shapes and options only: cache them, so an eager call
 # (PyTorch, or JAX outside jit) does not rebuild them every time.
 @functools.lru_cache(maxsize=1024)
-def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> CumsumPlans:
+def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -> OpPlans:
     """``chunk=None``: one window per sequence (the global scan)."""
     split = chunk is None
     if split:
@@ -50,8 +38,18 @@ def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -
     backward = functools.partial(
         plan, cu_seqlens=cu_seqlens, reverse=not reverse, out_dtype=x.dtype, **options
     )
-    offsets = chunk if cu_seqlens is not None else None
-    return CumsumPlans(forward, backward, offsets)
+    # The backward reads the cotangent as its input ``x``; both read the
+    # strides they are given (no copy).
+    return OpPlans(
+        forward=forward,
+        backward=backward,
+        inputs=("x",),
+        outputs=("out",),
+        cotangents=("x",),
+        grads=(("x", "out"),),
+        offsets=(("chunk_offsets", chunk),) if cu_seqlens is not None else (),
+        contiguous=False,
+    )
 
 
 def _local_tile(chunk: int, F: int) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from core_triton.common import checks
 from core_triton.common.launch import LaunchPlan, TensorInfo
+from core_triton.common.op import OpPlans
 
 MAX_HEAD_DIM = 256
 # The float inputs of the linear-attention ops, in argument order.
@@ -35,25 +36,38 @@ class LinearAttnArgs:
         return self.HQ // self.H
 
 
-@dataclass(frozen=True)
-class LinearAttnPlans:
-    """The launches of one linear-attention call, as both bindings run them.
+def linear_attn_plans(
+    args: LinearAttnArgs,
+    forward: tuple[LaunchPlan, ...],
+    backward: tuple[LaunchPlan, ...],
+    inputs: tuple[str, ...],
+    offsets: tuple[tuple[str, int], ...],
+    residuals: tuple[str, ...],
+    grads: tuple[tuple[str, str], ...],
+) -> OpPlans:
+    """The launches of one linear-attention call, as both bindings run them
+    (core_triton.common.op.OpPlans).
 
-    ``forward`` reads the inputs named in ``inputs`` (those given), the
-    index inputs (``cu_seqlens`` and, for each ``(name, size)`` of
-    ``offsets``, ``prepare_chunk_offsets(cu_seqlens, size)`` under
-    ``name``) and writes ``o`` and ``final``.  ``backward`` reads the same,
-    the forward outputs named in ``residuals``, and the cotangents ``do``
-    (``o``'s dtype) and ``dht`` (float32); ``grads`` pairs each input with
-    the backward output that holds its gradient."""
-
-    args: LinearAttnArgs
-    forward: tuple[LaunchPlan, ...]
-    backward: tuple[LaunchPlan, ...]
-    inputs: tuple[str, ...]
-    offsets: tuple[tuple[str, int], ...]
-    residuals: tuple[str, ...]
-    grads: tuple[tuple[str, str], ...]
+    ``forward`` reads the inputs named in ``inputs`` (those given) and the
+    index inputs (``cu_seqlens`` and the chunk offsets of ``offsets``) and
+    writes ``o`` and ``final``.  ``backward`` reads the same, the forward
+    outputs named in ``residuals``, and the cotangents ``do`` (``o``'s
+    dtype) and ``dht`` (float32); ``grads`` pairs each input with the
+    backward output that holds its gradient.  Inputs and cotangents reach
+    the kernels row-major."""
+    return OpPlans(
+        forward=tuple(forward),
+        backward=tuple(backward),
+        inputs=tuple(inputs),
+        outputs=("o", "final"),
+        cotangents=("do", "dht"),
+        grads=tuple(grads),
+        saved=tuple(inputs),
+        residuals=tuple(residuals),
+        offsets=tuple(offsets),
+        contiguous=True,
+        args=args,
+    )
 
 
 def validate(

@@ -28,7 +28,7 @@ first token, are visited last to first, and their gates are suffix sums.
 Inputs by name: ``query``, ``key``, ``value``, ``g``, ``g_gamma``,
 ``initial_state`` (those given, contiguous), and for packed input
 ``cu_seqlens`` plus ``prepare_chunk_offsets(cu_seqlens, size)`` under each
-name of ``LinearAttnPlans.offsets``.  The backward also reads the
+name of the plans' ``offsets``.  The backward also reads the
 forward outputs named in ``residuals``, ``do`` (output's shape and dtype)
 and ``dht`` (``[N, H, K, V]`` float32).
 """
@@ -41,12 +41,13 @@ from collections.abc import Mapping
 
 from core_triton.common import checks, reductions
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
 from core_triton.cumsum import plan as _cumsum_plan
 from core_triton.linear_attn import args as _linear_attn_args
 from core_triton.linear_attn import shared_memory
-from core_triton.linear_attn.args import LinearAttnArgs, LinearAttnPlans
+from core_triton.linear_attn.args import LinearAttnArgs, linear_attn_plans
 from core_triton.linear_attn.chunk_bwd_dqk import chunk_backward_dqk_kernel
 from core_triton.linear_attn.chunk_bwd_dv import chunk_backward_dv_kernel
 from core_triton.linear_attn.chunk_bwd_state import chunk_state_backward_kernel
@@ -143,7 +144,7 @@ def plans(
     cu_seqlens: TensorInfo | None = None,
     chunk_size=64,
     cu_seqlens_values=None,
-) -> LinearAttnPlans:
+) -> OpPlans:
     """Check the arguments (ValueError/TypeError naming the culprit) and
     plan the forward and backward launches.  ``cu_seqlens_values``: the
     host values of ``cu_seqlens`` where known (checked then)."""
@@ -185,7 +186,7 @@ def _info(shape, dtype) -> TensorInfo:
 
 
 @functools.lru_cache(maxsize=256)
-def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> LinearAttnPlans:
+def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> OpPlans:
     B, T, HQ, H, K, V, N = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N
     use_g, use_gamma, use_h0 = g_dtype is not None, gamma_dtype is not None, h0_dtype is not None
     gated = use_g or use_gamma
@@ -363,8 +364,8 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         steps = list(cum.forward)
         steps[-1] = dataclasses.replace(steps[-1], output_names=("dg",))
         backward += [_renamed(p, {"x": "w", "chunk_offsets": "dg_chunk_offsets"}) for p in steps]
-        if a.packed and cum.offsets_chunk_size is not None:
-            offsets.append(("dg_chunk_offsets", cum.offsets_chunk_size))
+        if a.packed:
+            offsets += [("dg_" + name, size) for name, size in cum.offsets]
         if use_g:
             grads.append(("g", "dg"))
     if use_gamma:
@@ -376,7 +377,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     inputs = ("query", "key", "value") + tuple(
         n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
     )
-    return LinearAttnPlans(
+    return linear_attn_plans(
         args=a,
         forward=tuple(forward),
         backward=tuple(backward),

@@ -19,9 +19,10 @@ import functools
 from core_triton.common import reductions
 from core_triton.common.checks import check_cu_seqlens_values
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, next_power_of_2
-from core_triton.linear_attn.args import LinearAttnArgs, LinearAttnPlans, validate
+from core_triton.linear_attn.args import LinearAttnArgs, linear_attn_plans, validate
 from core_triton.linear_attn.recurrent_bwd import recurrent_bwd_kernel
 from core_triton.linear_attn.recurrent_fwd import recurrent_fwd_kernel
 
@@ -46,7 +47,7 @@ def plans(
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
     cu_seqlens_values=None,
-) -> LinearAttnPlans:
+) -> OpPlans:
     """Check the arguments and plan the launches."""
     a = validate(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)
     if cu_seqlens is not None and cu_seqlens_values is not None:
@@ -79,7 +80,7 @@ def tiles(K: int, V: int, programs: int) -> tuple[int, int]:
 
 # Plans depend on sizes, options and dtypes only: cache them for eager calls.
 @functools.lru_cache(maxsize=512)
-def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> LinearAttnPlans:
+def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> OpPlans:
     dtypes = dict(dtypes)
     B, T, HQ, H, K, V, N, G = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N, a.G
     # Tiles from the head count alone: a block size that followed the batch
@@ -191,4 +192,4 @@ def _make_plans(a: LinearAttnArgs, dtypes: tuple[tuple[str, str], ...]) -> Linea
         )
     inputs = ("query", "key", "value", *(n for n in (*GATES, "initial_state") if n in dtypes))
     grads = tuple((n, f"d_{n}") for n in inputs)
-    return LinearAttnPlans(a, (forward,), tuple(backward), inputs, (), (), grads)
+    return linear_attn_plans(a, (forward,), tuple(backward), inputs, (), (), grads)
