@@ -62,28 +62,26 @@ def _add_sinks(out, lse, sink):
     return out * scale.transpose(1, 2).unsqueeze(-1), lse_new
 
 
-def _offsets(rank, n, t_local, zigzag, device):
-    return device_constant(tuple(core.offsets(rank, n, t_local, zigzag)), torch.int32, torch.device(device))
+def _offsets(offsets, device):
+    return device_constant(tuple(offsets), torch.int32, torch.device(device))
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sink, bias, fixed, moving, plans, ring, zigzag):
-        n, rank, t_local = ring.n, ring.rank, q.shape[1]
+    def forward(ctx, q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
+        t_local = q.shape[1]
         kv = {"k": k, "v": v, **moving}
         B, _, HQ, _ = q.shape
         out = torch.zeros(B, t_local, HQ, v.shape[3], dtype=torch.float32, device=q.device)
         lse = torch.full((B, HQ, t_local), float("-inf"), dtype=torch.float32, device=q.device)
-        qoff = _offsets(rank, n, t_local, zigzag, q.device)
-        for s in range(n):
-            nxt, reqs = ring.start(kv) if s + 1 < n else (None, [])
-            src = (rank - s) % n
+        for step in schedule.steps(ring.rank):
+            nxt, reqs = ring.start(kv) if not step.last else (None, [])
             inputs = {
                 "q": q,
                 **kv,
                 **fixed,
-                "qoff": qoff,
-                "koff": _offsets(src, n, t_local, zigzag, q.device),
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
             }
             if bias is not None:
                 inputs["bias"] = bias
@@ -94,14 +92,14 @@ class _RingAttention(torch.autograd.Function):
         if sink is not None:
             out, lse = _add_sinks(out, lse, sink)
         ctx.save_for_backward(q, k, v, sink, bias, out, lse)
-        ctx.fixed, ctx.moving, ctx.plans, ctx.ring, ctx.zigzag = fixed, moving, plans, ring, zigzag
+        ctx.fixed, ctx.moving, ctx.plans, ctx.ring, ctx.schedule = fixed, moving, plans, ring, schedule
         return out.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, sink, bias, out, lse = ctx.saved_tensors
-        ring, plans, zigzag = ctx.ring, ctx.plans, ctx.zigzag
-        n, rank, t_local = ring.n, ring.rank, q.shape[1]
+        ring, plans = ctx.ring, ctx.plans
+        n = ring.n
         dout = (torch.zeros_like(q[..., :1].expand(*q.shape[:3], v.shape[3])) if dout is None else dout).to(
             q.dtype
         )
@@ -119,16 +117,14 @@ class _RingAttention(torch.autograd.Function):
         if ctx.needs_input_grad[4]:
             db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
             dbias_plan = plans.dbias(info(dout))
-        qoff = _offsets(rank, n, t_local, zigzag, q.device)
-        for s in range(n):
-            nxt, reqs = ring.start(kv) if s + 1 < n else (None, [])
-            src = (rank - s) % n
+        for step in ctx.schedule.steps(ring.rank):
+            nxt, reqs = ring.start(kv) if not step.last else (None, [])
             inputs = {
                 "q": q,
                 **kv,
                 **ctx.fixed,
-                "qoff": qoff,
-                "koff": _offsets(src, n, t_local, zigzag, q.device),
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
             }
             inputs.update({"do": dout, "lse": lse, "delta": delta})
             if bias is not None:
@@ -143,7 +139,7 @@ class _RingAttention(torch.autograd.Function):
                 ring.wait(acc_reqs)
             if db is not None:
                 (db_s,) = launch(dbias_plan, inputs)
-                for a, g, c in core.bias_pieces(src, n, t_local, zigzag):
+                for a, g, c in step.bias_pieces:
                     db[..., g : g + c] = db_s[..., a : a + c]
             ring.wait(reqs)
             kv = nxt
@@ -226,8 +222,16 @@ def ring_attention(
         mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
         fixed["q_positions"] = q_positions if q_positions is not None else mine
         moving["kv_positions"] = kv_positions if kv_positions is not None else mine
+    schedule = core.RingSchedule(
+        n,
+        t_local,
+        bool(zigzag),
+        bool(causal),
+        q_positions is not None or kv_positions is not None,
+        sliding_window is not None,
+    )
     out, lse = _RingAttention.apply(
-        query, key, value, softmax_aux, bias, fixed, moving, plans, ring, bool(zigzag)
+        query, key, value, softmax_aux, bias, fixed, moving, plans, ring, schedule
     )
     return (out, lse) if return_lse else out
 

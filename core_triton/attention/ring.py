@@ -26,6 +26,8 @@ the bindings; sinks join once, after the merge.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 from core_triton.attention import flash as fa
 from core_triton.common.launch import TensorInfo
@@ -48,6 +50,70 @@ def bias_pieces(src, n: int, t_local: int, zigzag: bool) -> list[tuple]:
     pieces = 2 if zigzag else 1
     c = t_local // pieces
     return [(p * c, p * c + off, c) for p, off in enumerate(offsets(src, n, t_local, zigzag))]
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """Step ``index`` of the ring on one device: the shard of ``src`` is
+    visiting; the kernels take ``q_offsets`` (this device's piece offsets)
+    and ``k_offsets`` (``src``'s); the step's bias gradient
+    (``[.., T_local]``, local key order) fills the global columns of
+    ``bias_pieces``; ``last``: no shard is sent on after it.
+    ``masked_out``: True when the mask removes every (query, key) pair of
+    the step (causal, contiguous layout, the shard after this one's), False
+    when it does not, None when that is not known here (a traced rank,
+    explicit positions, a sliding window that may remove it).  ``src`` and the offsets are ints, or traced
+    scalars when the rank is (only + and * are used)."""
+
+    index: int
+    src: Any
+    q_offsets: tuple
+    k_offsets: tuple
+    bias_pieces: tuple
+    last: bool
+    masked_out: bool | None
+
+
+@dataclass(frozen=True)
+class RingSchedule:
+    """The ring's step schedule, which both bindings walk: ``n`` devices
+    holding ``t_local`` tokens each, contiguous or zig-zag.  At step ``s``
+    device ``rank`` holds the shard of ``(rank - s) mod n``."""
+
+    n: int
+    t_local: int
+    zigzag: bool
+    causal: bool = False
+    explicit_positions: bool = False
+    windowed: bool = False
+
+    def steps(self, rank) -> list[RingStep]:
+        """The ``n`` steps of device ``rank`` (an int, or a traced scalar)."""
+        n, t, zz = self.n, self.t_local, self.zigzag
+        mine = tuple(offsets(rank, n, t, zz))
+        known = isinstance(rank, int) and not self.explicit_positions
+        out = []
+        for s in range(n):
+            src = (rank - s) % n
+            masked = None
+            if known:
+                # Contiguous shards: every key of a later shard comes after
+                # every query here.  Zig-zag pairs always share allowed pairs.
+                masked = self.causal and not zz and src > rank
+                if not masked and self.windowed:
+                    masked = None  # the window may still remove it
+            out.append(
+                RingStep(
+                    index=s,
+                    src=src,
+                    q_offsets=mine,
+                    k_offsets=tuple(offsets(src, n, t, zz)),
+                    bias_pieces=tuple(bias_pieces(src, n, t, zz)),
+                    last=s + 1 == n,
+                    masked_out=masked,
+                )
+            )
+        return out
 
 
 @functools.lru_cache(maxsize=256)
