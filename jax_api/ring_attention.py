@@ -18,27 +18,21 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import ring as core
+from core_triton.attention import softmax_parts
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
 
 def _merge(out, lse, out_b, lse_b):
-    """Log-sum-exp merge in float32 (NOTES.md's stable form):
-    out - sigmoid(lse_b - lse) * (out - out_b); an empty side adds nothing."""
-    new = jnp.logaddexp(lse, lse_b)
-    w = jnp.where(lse_b == -jnp.inf, 0.0, jnp.exp(lse_b - jnp.where(new == -jnp.inf, 0.0, new)))
-    w = jnp.transpose(w, (0, 2, 1))[..., None]  # [B, T, HQ, 1]
-    return out - w * (out - out_b), new
+    """Log-sum-exp merge in float32 (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_merge_plan(*out.shape[:3], out.shape[3])
+    return tuple(launch(plan, {"out": out, "lse": lse, "out_b": out_b, "lse_b": lse_b}))
 
 
 def _add_sinks(out, lse, sink):
-    """Let the sinks join the normaliser once: rescale by exp(lse - lse')."""
-    s2 = sink.astype(jnp.float32).reshape(sink.shape[0], -1)
-    lse_new = jnp.logaddexp(lse, jax.nn.logsumexp(s2, axis=-1)[None, :, None])
-    # An empty row (lse = -inf, output 0) stays 0, also when every sink is
-    # -inf (lse' = -inf: exp(-inf - -inf) would be NaN).
-    scale = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(lse - lse_new))
-    return out * jnp.transpose(scale, (0, 2, 1))[..., None], lse_new
+    """The sinks join the normaliser once (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_sinks_plan(*out.shape[:3], out.shape[3], info(sink))
+    return tuple(launch(plan, {"out": out, "lse": lse, "softmax_aux": sink}))
 
 
 def ring_attention(

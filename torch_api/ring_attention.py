@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from core_triton.attention import ring as core
+from core_triton.attention import softmax_parts
 from torch_api._launch import device_constant, info, launch
 from torch_api.flash_attention import sink_grad
 
@@ -44,22 +45,15 @@ class _Ring:
 
 
 def _merge(out, lse, out_b, lse_b):
-    """out - sigmoid(lse_b - lse) * (out - out_b) in float32 (NOTES.md)."""
-    new = torch.logaddexp(lse, lse_b)
-    safe = torch.where(new == float("-inf"), torch.zeros_like(new), new)
-    w = torch.where(lse_b == float("-inf"), torch.zeros_like(lse_b), torch.exp(lse_b - safe))
-    w = w.transpose(1, 2).unsqueeze(-1)
-    return out - w * (out - out_b), new
+    """Log-sum-exp merge in float32 (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_merge_plan(*out.shape[:3], out.shape[3])
+    return launch(plan, {"out": out, "lse": lse, "out_b": out_b, "lse_b": lse_b})
 
 
 def _add_sinks(out, lse, sink):
-    """Let the sinks join the normaliser once: rescale by exp(lse - lse').
-    An empty row (lse = -inf, output 0) stays 0, also when every sink is
-    -inf (lse' = -inf: exp(-inf - -inf) would be NaN)."""
-    s2 = sink.float().reshape(sink.shape[0], -1)
-    lse_new = torch.logaddexp(lse, torch.logsumexp(s2, dim=-1)[None, :, None])
-    scale = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - lse_new))
-    return out * scale.transpose(1, 2).unsqueeze(-1), lse_new
+    """The sinks join the normaliser once (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_sinks_plan(*out.shape[:3], out.shape[3], info(sink))
+    return launch(plan, {"out": out, "lse": lse, "softmax_aux": sink})
 
 
 def _offsets(offsets, device):

@@ -19,8 +19,11 @@ belongs to one shard); the bindings write its pieces into the one
 global-width gradient (:func:`bias_pieces`), so no step allocates the global
 width.  Blocks the mask removes are skipped by the kernels' loop
 bounds, so a fully masked (query shard, key shard) pair costs one launch of
-empty programs.  Partial outputs are float32 and merged by log-sum-exp in
-the bindings; sinks join once, after the merge.
+empty programs.  Partial outputs are float32 and merged by log-sum-exp
+(``softmax_parts.ring_merge_plan``); sinks join once, after the merge
+(``softmax_parts.ring_sinks_plan``).  :class:`RingSchedule` is the step
+schedule both bindings walk; they keep only the moving of shards
+(``ppermute`` / ``torch.distributed``) and their autodiff plumbing.
 """
 
 from __future__ import annotations
