@@ -35,7 +35,7 @@ def main(argv):
 
     import jax_api
     import torch_api
-    from core_triton import flash_attention as core
+    from core_triton.attention import flash as core
 
     measured_choice = core._measured_choice
     lengths = [int(a) for a in argv] or [8192]

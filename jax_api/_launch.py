@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted
-from core_triton.utils import contiguous_strides
+from core_triton.common.utils import contiguous_strides
 
 
 def info(x, name: str = "argument") -> TensorInfo | None:

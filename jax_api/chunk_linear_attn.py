@@ -1,12 +1,12 @@
-"""``chunk_linear_attn`` for JAX (semantics: core_triton.chunk_linear_attn)."""
+"""``chunk_linear_attn`` for JAX (semantics: core_triton.linear_attn.chunk)."""
 
 from __future__ import annotations
 
 import jax
 
-from core_triton import chunk_linear_attn as core
+from core_triton.linear_attn import chunk as core
 from jax_api._launch import host_values, info
-from jax_api._linear_attn import apply
+from jax_api._op import apply
 
 
 def chunk_linear_attn(

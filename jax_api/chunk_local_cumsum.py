@@ -1,12 +1,12 @@
-"""``chunk_local_cumsum`` for JAX (semantics: core_triton.chunk_local_cumsum)."""
+"""``chunk_local_cumsum`` for JAX (semantics: core_triton.cumsum.chunk_local)."""
 
 from __future__ import annotations
 
 import jax
 
-from core_triton import chunk_local_cumsum as core
-from jax_api._cumsum import segment_cumsum
+from core_triton.cumsum import chunk_local as core
 from jax_api._launch import dtype_arg, host_values, info
+from jax_api._op import apply
 
 
 def chunk_local_cumsum(
@@ -34,4 +34,4 @@ def chunk_local_cumsum(
         dtype_arg(output_dtype),
         host_values(cu_seqlens),
     )
-    return segment_cumsum(g, cu_seqlens, plans)
+    return apply(plans, cu_seqlens, {"x": g})

@@ -1,4 +1,4 @@
-"""``flash_attention`` for JAX (semantics: core_triton.flash_attention).
+"""``flash_attention`` for JAX (semantics: core_triton.attention.flash).
 
 One ``jax.custom_vjp`` over the forward launch; the backward runs the
 preprocess, dK/dV and dQ launches.  Segment ids, positions and the piece
@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from core_triton import flash_attention as core
+from core_triton.attention import flash as core
+from core_triton.attention import softmax_parts
 from jax_api._launch import info, launch
 
 
@@ -54,7 +55,7 @@ _JITTED: dict[int, tuple] = {}
 
 
 def attention_call(plans, query, key, value, softmax_aux, bias, index):
-    """Run ``plans`` (core_triton.flash_attention.AttentionPlans) as a
+    """Run ``plans`` (core_triton.attention.flash.AttentionPlans) as a
     differentiable op; returns ``(out, lse)``.  ``index``: the plans' index
     inputs (``qoff``, ``koff`` and segment ids / positions by name).  A
     cotangent on ``lse`` is honoured: it enters as ``delta - dlse``.  The
@@ -118,12 +119,9 @@ def _op(plans):
 
 
 def sink_grad(sink, lse, delta):
-    """``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) delta[b, h, i]``;
-    a ``-inf`` sink gets 0 (its probability is 0, even where ``lse`` is
-    ``-inf`` too: a row with no allowed key and no finite sink)."""
-    s2 = sink.astype(jnp.float32).reshape(sink.shape[0], -1)[None, :, :, None]
-    p = jnp.where(s2 == -jnp.inf, 0.0, jnp.exp(s2 - lse[:, :, None, :]))
-    return (-jnp.sum(p * delta[:, :, None, :], axis=(0, 3))).reshape(sink.shape).astype(sink.dtype)
+    """The sinks' gradient (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
+    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta})[0]
 
 
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths):

@@ -1,11 +1,11 @@
-"""``lightning_attn`` for JAX (semantics: core_triton.lightning_attn)."""
+"""``lightning_attn`` for JAX (semantics: core_triton.linear_attn.lightning)."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from core_triton import lightning_attn as core
+from core_triton.linear_attn import lightning as core
 from jax_api._launch import info
 from jax_api.chunk_linear_attn import chunk_linear_attn
 from jax_api.recurrent import recurrent

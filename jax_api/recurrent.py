@@ -1,12 +1,12 @@
-"""``recurrent`` for JAX (semantics: core_triton.recurrent)."""
+"""``recurrent`` for JAX (semantics: core_triton.linear_attn.recurrent)."""
 
 from __future__ import annotations
 
 import jax
 
-from core_triton import recurrent as core
+from core_triton.linear_attn import recurrent as core
 from jax_api._launch import host_values, info
-from jax_api._linear_attn import apply
+from jax_api._op import apply
 
 
 def recurrent(

@@ -1,5 +1,5 @@
 """``ring_attention`` for JAX: flash attention over a sequence sharded along
-a ``shard_map`` axis (algorithm: core_triton.ring_attention).
+a ``shard_map`` axis (algorithm: core_triton.attention.ring).
 
 Forward: ``n`` steps; at each, the next key/value shard is already on its
 way (``lax.ppermute``, independent of the step's kernel, so XLA overlaps
@@ -17,28 +17,22 @@ import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
-from core_triton import ring_attention as core
+from core_triton.attention import ring as core
+from core_triton.attention import softmax_parts
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
 
 def _merge(out, lse, out_b, lse_b):
-    """Log-sum-exp merge in float32 (NOTES.md's stable form):
-    out - sigmoid(lse_b - lse) * (out - out_b); an empty side adds nothing."""
-    new = jnp.logaddexp(lse, lse_b)
-    w = jnp.where(lse_b == -jnp.inf, 0.0, jnp.exp(lse_b - jnp.where(new == -jnp.inf, 0.0, new)))
-    w = jnp.transpose(w, (0, 2, 1))[..., None]  # [B, T, HQ, 1]
-    return out - w * (out - out_b), new
+    """Log-sum-exp merge in float32 (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_merge_plan(*out.shape[:3], out.shape[3])
+    return tuple(launch(plan, {"out": out, "lse": lse, "out_b": out_b, "lse_b": lse_b}))
 
 
 def _add_sinks(out, lse, sink):
-    """Let the sinks join the normaliser once: rescale by exp(lse - lse')."""
-    s2 = sink.astype(jnp.float32).reshape(sink.shape[0], -1)
-    lse_new = jnp.logaddexp(lse, jax.nn.logsumexp(s2, axis=-1)[None, :, None])
-    # An empty row (lse = -inf, output 0) stays 0, also when every sink is
-    # -inf (lse' = -inf: exp(-inf - -inf) would be NaN).
-    scale = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(lse - lse_new))
-    return out * jnp.transpose(scale, (0, 2, 1))[..., None], lse_new
+    """The sinks join the normaliser once (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_sinks_plan(*out.shape[:3], out.shape[3], info(sink))
+    return tuple(launch(plan, {"out": out, "lse": lse, "softmax_aux": sink}))
 
 
 def ring_attention(
@@ -111,11 +105,21 @@ def ring_attention(
     perm = [(i, (i + 1) % n) for i in range(n)]
     shift = lambda tree: jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)  # noqa: E731
 
-    def offsets(rank):
-        return jnp.stack([jnp.asarray(o, jnp.int32) for o in core.offsets(rank, n, t_local, zigzag)])
+    schedule = core.RingSchedule(
+        n,
+        t_local,
+        bool(zigzag),
+        bool(causal),
+        q_positions is not None or kv_positions is not None,
+        sliding_window is not None,
+    )
 
-    def step_inputs(q, kv, rank, src, b):
-        inputs = {"q": q, "k": kv["k"], "v": kv["v"], "qoff": offsets(rank), "koff": offsets(src)}
+    def offsets(offs):
+        return jnp.stack([jnp.asarray(o, jnp.int32) for o in offs])
+
+    def step_inputs(q, kv, step, b):
+        inputs = {"q": q, "k": kv["k"], "v": kv["v"], "qoff": offsets(step.q_offsets)}
+        inputs["koff"] = offsets(step.k_offsets)
         inputs.update(fixed)
         inputs.update({k: v for k, v in kv.items() if k not in ("k", "v")})
         if b is not None:
@@ -129,10 +133,9 @@ def ring_attention(
         B, _, HQ, _ = q.shape
         out = jnp.zeros((B, t_local, HQ, v.shape[3]), jnp.float32)
         lse = jnp.full((B, HQ, t_local), -jnp.inf, jnp.float32)
-        for s in range(n):
-            nxt = shift(kv) if s + 1 < n else None  # in flight during this step's kernel
-            src = (rank - s) % n
-            out_b, lse_b = launch(plans.forward, step_inputs(q, kv, rank, src, b))
+        for step in schedule.steps(rank):
+            nxt = shift(kv) if not step.last else None  # in flight during this step's kernel
+            out_b, lse_b = launch(plans.forward, step_inputs(q, kv, step, b))
             out, lse = _merge(out, lse, out_b, lse_b)
             kv = nxt
         if sink is not None:
@@ -168,10 +171,9 @@ def ring_attention(
         # each step fills at its shard's columns (every column once; XLA
         # updates it in place).
         db = None if bias_flag is None else jnp.zeros(b.shape, b.dtype)
-        for s in range(n):
-            nxt = shift(kv) if s + 1 < n else None
-            src = (rank - s) % n
-            inputs = step_inputs(q, kv, rank, src, b)
+        for step in schedule.steps(rank):
+            nxt = shift(kv) if not step.last else None
+            inputs = step_inputs(q, kv, step, b)
             inputs.update({"do": dout, "lse": lse, "delta": delta})
             dk_s, dv_s = launch(dkdv_plan, inputs)
             (dq_s,) = launch(dq_plan, inputs)
@@ -181,7 +183,7 @@ def ring_attention(
             acc = shift({"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s})
             if db is not None:
                 (db_s,) = launch(plans.dbias(info(dout)), inputs)
-                for a, g, c in core.bias_pieces(src, n, t_local, zigzag):
+                for a, g, c in step.bias_pieces:
                     piece = lax.slice_in_dim(db_s, a, a + c, axis=3)
                     db = lax.dynamic_update_slice_in_dim(db, piece, g, axis=3)
             kv = nxt

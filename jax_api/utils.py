@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core_triton import checks
-from core_triton.utils import cdiv as _cdiv
+from core_triton.common import checks
+from core_triton.common.utils import cdiv as _cdiv
 from jax_api._launch import info
 
 

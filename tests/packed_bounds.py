@@ -8,7 +8,7 @@ would).  An access outside a tensor can corrupt the heap and still let the
 process finish, so each case runs in its own process (tests/suites/
 packed_bounds.py starts them); a crash or a failed check exits non-zero.
 
-What must hold (core_triton.sequences): every output and gradient is
+What must hold (core_triton.common.sequences): every output and gradient is
 finite; tokens that no clamped sequence covers get output 0 and gradient 0;
 where the clamped sequences do not overlap, the result is that of the valid
 call on those sequences (run here on the same inputs, sliced).

@@ -1,12 +1,12 @@
-"""``chunk_global_cumsum`` for PyTorch (semantics: core_triton.chunk_global_cumsum)."""
+"""``chunk_global_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_global)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton import chunk_global_cumsum as core
-from torch_api._cumsum import segment_cumsum
+from core_triton.cumsum import chunk_global as core
 from torch_api._launch import dtype_arg, host_values, info
+from torch_api._op import apply
 
 
 def chunk_global_cumsum(
@@ -31,4 +31,4 @@ def chunk_global_cumsum(
         dtype_arg(output_dtype),
         host_values(cu_seqlens),
     )
-    return segment_cumsum(s, cu_seqlens, plans)
+    return apply(plans, cu_seqlens, {"x": s})

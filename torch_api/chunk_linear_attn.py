@@ -1,12 +1,12 @@
-"""``chunk_linear_attn`` for PyTorch (semantics: core_triton.chunk_linear_attn)."""
+"""``chunk_linear_attn`` for PyTorch (semantics: core_triton.linear_attn.chunk)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton import chunk_linear_attn as core
+from core_triton.linear_attn import chunk as core
 from torch_api._launch import host_values, info
-from torch_api._linear_attn import apply
+from torch_api._op import apply
 
 
 def chunk_linear_attn(

@@ -1,4 +1,4 @@
-"""``flash_attention`` for PyTorch (semantics: core_triton.flash_attention).
+"""``flash_attention`` for PyTorch (semantics: core_triton.attention.flash).
 
 One ``torch.autograd.Function`` over the forward launch; the backward runs
 the preprocess, dK/dV and dQ launches, and the bias-gradient launch only
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from core_triton import flash_attention as core
+from core_triton.attention import flash as core
+from core_triton.attention import softmax_parts
 from torch_api._launch import device_constant, info, launch
 
 
@@ -55,12 +56,9 @@ class _Attention(torch.autograd.Function):
 
 
 def sink_grad(sink, lse, delta):
-    """``dsink[h, s] = -sum_{b,i} exp(sink[h, s] - lse[b, h, i]) delta[b, h, i]``;
-    a ``-inf`` sink gets 0 (its probability is 0, even where ``lse`` is
-    ``-inf`` too: a row with no allowed key and no finite sink)."""
-    s2 = sink.float().reshape(sink.shape[0], -1)[None, :, :, None]
-    p = torch.where(s2 == float("-inf"), 0.0, torch.exp(s2 - lse[:, :, None, :]))
-    return (-(p * delta[:, :, None, :]).sum(dim=(0, 3))).reshape(sink.shape).to(sink.dtype)
+    """The sinks' gradient (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
+    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta.contiguous()})[0]
 
 
 def attention_call(plans, query, key, value, softmax_aux, bias, index):

@@ -1,10 +1,10 @@
-"""``lightning_attn`` for PyTorch (semantics: core_triton.lightning_attn)."""
+"""``lightning_attn`` for PyTorch (semantics: core_triton.linear_attn.lightning)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton import lightning_attn as core
+from core_triton.linear_attn import lightning as core
 from torch_api._launch import device_constant, info
 from torch_api.chunk_linear_attn import chunk_linear_attn
 from torch_api.recurrent import recurrent

@@ -1,12 +1,12 @@
-"""``recurrent`` for PyTorch (semantics: core_triton.recurrent)."""
+"""``recurrent`` for PyTorch (semantics: core_triton.linear_attn.recurrent)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton import recurrent as core
+from core_triton.linear_attn import recurrent as core
 from torch_api._launch import host_values, info
-from torch_api._linear_attn import apply
+from torch_api._op import apply
 
 
 def recurrent(

@@ -1,6 +1,6 @@
 """``ring_attention`` for PyTorch: flash attention over a sequence sharded
 across the ranks of a ``torch.distributed`` group (algorithm:
-core_triton.ring_attention).  Point-to-point ``isend``/``irecv`` move the
+core_triton.attention.ring).  Point-to-point ``isend``/``irecv`` move the
 key/value shards (and in the backward their float32 dK/dV accumulators)
 to the next rank while the current step's kernels run; partial results
 merge in float32 by log-sum-exp.  NCCL on GPUs, gloo on the CPU.
@@ -13,7 +13,8 @@ import functools
 import torch
 import torch.distributed as dist
 
-from core_triton import ring_attention as core
+from core_triton.attention import ring as core
+from core_triton.attention import softmax_parts
 from torch_api._launch import device_constant, info, launch
 from torch_api.flash_attention import sink_grad
 
@@ -44,46 +45,37 @@ class _Ring:
 
 
 def _merge(out, lse, out_b, lse_b):
-    """out - sigmoid(lse_b - lse) * (out - out_b) in float32 (NOTES.md)."""
-    new = torch.logaddexp(lse, lse_b)
-    safe = torch.where(new == float("-inf"), torch.zeros_like(new), new)
-    w = torch.where(lse_b == float("-inf"), torch.zeros_like(lse_b), torch.exp(lse_b - safe))
-    w = w.transpose(1, 2).unsqueeze(-1)
-    return out - w * (out - out_b), new
+    """Log-sum-exp merge in float32 (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_merge_plan(*out.shape[:3], out.shape[3])
+    return launch(plan, {"out": out, "lse": lse, "out_b": out_b, "lse_b": lse_b})
 
 
 def _add_sinks(out, lse, sink):
-    """Let the sinks join the normaliser once: rescale by exp(lse - lse').
-    An empty row (lse = -inf, output 0) stays 0, also when every sink is
-    -inf (lse' = -inf: exp(-inf - -inf) would be NaN)."""
-    s2 = sink.float().reshape(sink.shape[0], -1)
-    lse_new = torch.logaddexp(lse, torch.logsumexp(s2, dim=-1)[None, :, None])
-    scale = torch.where(lse == float("-inf"), 0.0, torch.exp(lse - lse_new))
-    return out * scale.transpose(1, 2).unsqueeze(-1), lse_new
+    """The sinks join the normaliser once (core_triton.attention.softmax_parts)."""
+    plan = softmax_parts.ring_sinks_plan(*out.shape[:3], out.shape[3], info(sink))
+    return launch(plan, {"out": out, "lse": lse, "softmax_aux": sink})
 
 
-def _offsets(rank, n, t_local, zigzag, device):
-    return device_constant(tuple(core.offsets(rank, n, t_local, zigzag)), torch.int32, torch.device(device))
+def _offsets(offsets, device):
+    return device_constant(tuple(offsets), torch.int32, torch.device(device))
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sink, bias, fixed, moving, plans, ring, zigzag):
-        n, rank, t_local = ring.n, ring.rank, q.shape[1]
+    def forward(ctx, q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
+        t_local = q.shape[1]
         kv = {"k": k, "v": v, **moving}
         B, _, HQ, _ = q.shape
         out = torch.zeros(B, t_local, HQ, v.shape[3], dtype=torch.float32, device=q.device)
         lse = torch.full((B, HQ, t_local), float("-inf"), dtype=torch.float32, device=q.device)
-        qoff = _offsets(rank, n, t_local, zigzag, q.device)
-        for s in range(n):
-            nxt, reqs = ring.start(kv) if s + 1 < n else (None, [])
-            src = (rank - s) % n
+        for step in schedule.steps(ring.rank):
+            nxt, reqs = ring.start(kv) if not step.last else (None, [])
             inputs = {
                 "q": q,
                 **kv,
                 **fixed,
-                "qoff": qoff,
-                "koff": _offsets(src, n, t_local, zigzag, q.device),
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
             }
             if bias is not None:
                 inputs["bias"] = bias
@@ -94,14 +86,14 @@ class _RingAttention(torch.autograd.Function):
         if sink is not None:
             out, lse = _add_sinks(out, lse, sink)
         ctx.save_for_backward(q, k, v, sink, bias, out, lse)
-        ctx.fixed, ctx.moving, ctx.plans, ctx.ring, ctx.zigzag = fixed, moving, plans, ring, zigzag
+        ctx.fixed, ctx.moving, ctx.plans, ctx.ring, ctx.schedule = fixed, moving, plans, ring, schedule
         return out.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, sink, bias, out, lse = ctx.saved_tensors
-        ring, plans, zigzag = ctx.ring, ctx.plans, ctx.zigzag
-        n, rank, t_local = ring.n, ring.rank, q.shape[1]
+        ring, plans = ctx.ring, ctx.plans
+        n = ring.n
         dout = (torch.zeros_like(q[..., :1].expand(*q.shape[:3], v.shape[3])) if dout is None else dout).to(
             q.dtype
         )
@@ -119,16 +111,14 @@ class _RingAttention(torch.autograd.Function):
         if ctx.needs_input_grad[4]:
             db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
             dbias_plan = plans.dbias(info(dout))
-        qoff = _offsets(rank, n, t_local, zigzag, q.device)
-        for s in range(n):
-            nxt, reqs = ring.start(kv) if s + 1 < n else (None, [])
-            src = (rank - s) % n
+        for step in ctx.schedule.steps(ring.rank):
+            nxt, reqs = ring.start(kv) if not step.last else (None, [])
             inputs = {
                 "q": q,
                 **kv,
                 **ctx.fixed,
-                "qoff": qoff,
-                "koff": _offsets(src, n, t_local, zigzag, q.device),
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
             }
             inputs.update({"do": dout, "lse": lse, "delta": delta})
             if bias is not None:
@@ -143,7 +133,7 @@ class _RingAttention(torch.autograd.Function):
                 ring.wait(acc_reqs)
             if db is not None:
                 (db_s,) = launch(dbias_plan, inputs)
-                for a, g, c in core.bias_pieces(src, n, t_local, zigzag):
+                for a, g, c in step.bias_pieces:
                     db[..., g : g + c] = db_s[..., a : a + c]
             ring.wait(reqs)
             kv = nxt
@@ -226,8 +216,16 @@ def ring_attention(
         mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
         fixed["q_positions"] = q_positions if q_positions is not None else mine
         moving["kv_positions"] = kv_positions if kv_positions is not None else mine
+    schedule = core.RingSchedule(
+        n,
+        t_local,
+        bool(zigzag),
+        bool(causal),
+        q_positions is not None or kv_positions is not None,
+        sliding_window is not None,
+    )
     out, lse = _RingAttention.apply(
-        query, key, value, softmax_aux, bias, fixed, moving, plans, ring, bool(zigzag)
+        query, key, value, softmax_aux, bias, fixed, moving, plans, ring, schedule
     )
     return (out, lse) if return_lse else out
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from core_triton import checks
-from core_triton.utils import cdiv as _cdiv
+from core_triton.common import checks
+from core_triton.common.utils import cdiv as _cdiv
 from torch_api._launch import info
 
 

@@ -20,8 +20,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from core_triton import flash_attention as core
-from core_triton.launch import In, TensorInfo
+from core_triton.attention import flash as core
+from core_triton.common.launch import In, TensorInfo
 
 _POINTER = {"bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
 _INPUT_DTYPES = {"lse": "float32", "delta": "float32", "qoff": "int32", "koff": "int32"}

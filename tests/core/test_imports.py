@@ -26,6 +26,17 @@ def test_core_imports_no_framework():
     assert _modules_after("import core_triton") == set()
 
 
+def test_every_core_module_imports_no_framework():
+    # Every module of every family folder (core_triton/common, cumsum,
+    # linear_attn, attention), not only what the package re-exports.
+    stmt = (
+        "import importlib, pkgutil, core_triton; "
+        "mods = pkgutil.walk_packages(core_triton.__path__, 'core_triton.'); "
+        "[importlib.import_module(m.name) for m in mods]"
+    )
+    assert _modules_after(stmt) == set()
+
+
 def test_jax_api_does_not_import_torch():
     pytest.importorskip("jax")
     assert "torch" not in _modules_after("import jax_api")

@@ -1,8 +1,10 @@
 """Launch plans: grids sized from shapes alone, every slot accounted for."""
 
-from core_triton import TensorInfo, cdiv, chunk_global_cumsum, chunk_local_cumsum
-from core_triton._cumsum_plan import _GLOBAL_CHUNK, _GLOBAL_CHUNK_INTERPRETED
-from core_triton.utils import contiguous_strides
+from core_triton import TensorInfo, cdiv
+from core_triton.common.utils import contiguous_strides
+from core_triton.cumsum import chunk_global as chunk_global_cumsum
+from core_triton.cumsum import chunk_local as chunk_local_cumsum
+from core_triton.cumsum.plan import _GLOBAL_CHUNK, _GLOBAL_CHUNK_INTERPRETED
 
 
 def _info(shape, dtype="float32"):

@@ -8,7 +8,7 @@ than 14 minutes).  Here every op's plans are built for three different
 lengths and numbers of sequences, and each launch must be the same kernel
 specialisation: the same constexprs, warps and stages, and the same value
 for every int argument that the kernel does not list as a run-time size
-(``core_triton.runtime.jit``).  Only grids and run-time sizes may differ.
+(``core_triton.common.runtime.jit``).  Only grids and run-time sizes may differ.
 Flash attention is checked for its lengths only (``Tq``, ``Tk`` and the
 piece lengths are run-time sizes): its stride arguments, some of which
 follow the lengths, are still specialised by PyTorch's launcher on
@@ -24,9 +24,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from core_triton import chunk_global_cumsum, chunk_linear_attn, chunk_local_cumsum, flash_attention, recurrent
-from core_triton.launch import In, LaunchPlan, TensorInfo
-from core_triton.utils import contiguous_strides
+from core_triton.attention import flash as flash_attention
+from core_triton.common.launch import In, LaunchPlan, TensorInfo
+from core_triton.common.utils import contiguous_strides
+from core_triton.cumsum import chunk_global as chunk_global_cumsum
+from core_triton.cumsum import chunk_local as chunk_local_cumsum
+from core_triton.linear_attn import chunk as chunk_linear_attn
+from core_triton.linear_attn import recurrent
 
 # (seq_len, number of packed sequences), none of them 1 (jax-triton makes
 # an int equal to 1 a constant) and with every divisibility by 16 mixed.
@@ -127,10 +131,10 @@ def test_fixed_order_sums_pass_no_size_equal_to_one():
     # jax-triton makes an int argument equal to 1 a constant (another
     # compiled variant): the two passes of head_sum never pass one, whatever
     # the number of rows (sequences times value tiles for d_g_gamma).
-    from core_triton import head_sum
+    from core_triton.common.reductions import head_sum_plans
 
     for rows in (2, 3, 5, 64, 257, 6000, 10**6):
-        first, second = head_sum.plans("x", rows, 3, "float32", "out", interpreted=False)
+        first, second = head_sum_plans("x", rows, 3, "float32", "out", interpreted=False)
         for p in (first, second):
             assert all(v >= 2 for v in p.params[1:]), (rows, p.params)
         assert first.grid[1] >= 2 and second.grid[1] == 1

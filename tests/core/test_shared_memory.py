@@ -2,7 +2,7 @@
 
 (a) every compiled tile choice (``_tiles(..., interpreted=False)``, what a
 GPU run launches) fits the H100's 232,448 bytes by the model of
-core_triton/shared_memory.py, over the accepted head dims and chunk sizes;
+core_triton/linear_attn/shared_memory.py, over the accepted head dims and chunk sizes;
 (b) the model bounds what Triton really allocates: the worst cases compiled
 for sm_90 on the CPU, in a subprocess without TRITON_INTERPRET (run this
 module as a script: ``python -m tests.core.test_shared_memory K V BT dtype
@@ -19,10 +19,10 @@ import sys
 
 import pytest
 
-from core_triton import chunk_linear_attn as cla
-from core_triton import shared_memory
-from core_triton.launch import In, TensorInfo
-from core_triton.utils import contiguous_strides
+from core_triton.common.launch import In, TensorInfo
+from core_triton.common.utils import contiguous_strides
+from core_triton.linear_attn import chunk as cla
+from core_triton.linear_attn import shared_memory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT = shared_memory.H100_SHARED_BYTES

@@ -160,7 +160,7 @@ class ChunkLinearAttnGpuSuite:
     fw = None
 
     def _skip_unless_gpu(self):
-        from core_triton.runtime import interpreter_requested
+        from core_triton.common.runtime import interpreter_requested
 
         if interpreter_requested():
             pytest.skip("GPU-only sizes")
@@ -226,7 +226,7 @@ class ChunkLinearAttnGpuSuite:
 
 
 # Chunk sizes and head dims whose tiles the shared-memory model shrinks
-# (core_triton/shared_memory.py); float32 with 256-token chunks runs on
+# (core_triton/linear_attn/shared_memory.py); float32 with 256-token chunks runs on
 # 128-token kernel chunks (chunk_linear_attn.kernel_chunk).
 LARGE_TILE_CASES = [
     pytest.param(K, BT, dtype, id=f"K{K}-chunk{BT}-{dtype}")
@@ -246,7 +246,7 @@ class ChunkLinearAttnLargeTileSuite:
     @pytest.mark.parametrize("K,BT,dtype", LARGE_TILE_CASES)
     @pytest.mark.parametrize("reverse", [False, True], ids=["fwd", "rev"])
     def test_large_tiles_against_reference(self, K, BT, dtype, reverse):
-        from core_triton.runtime import interpreter_requested
+        from core_triton.common.runtime import interpreter_requested
 
         if interpreter_requested():
             pytest.skip("GPU-only sizes")

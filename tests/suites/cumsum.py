@@ -16,7 +16,7 @@ CU_SEQLENS = [0, 5, 5, 22, 37]
 T = 37
 # Longer sequences for the global sums, which run as two launches over
 # chunks of 64 tokens under the interpreter, 256 on a GPU
-# (core_triton._cumsum_plan): every sequence here spans several chunks and
+# (core_triton.cumsum.plan): every sequence here spans several chunks and
 # starts mid-chunk.
 LONG_CU_SEQLENS = [0, 70, 70, 201, 203, 333]
 # Sequences of several GPU chunks too.

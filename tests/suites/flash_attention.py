@@ -12,7 +12,7 @@ import importlib
 import numpy as np
 import pytest
 
-from core_triton.runtime import interpreter_requested
+from core_triton.common.runtime import interpreter_requested
 from tests.reference import TOLERANCE, assert_close
 from tests.reference_attention import attention_ref
 
@@ -315,7 +315,7 @@ class FlashAttentionSuite:
     @pytest.mark.parametrize("causal", [False, True])
     @pytest.mark.parametrize("case", sorted(GPU_CASES))
     def test_gpu_sizes(self, case, causal, dtype):
-        # The configs a GPU picks (core_triton.flash_attention's
+        # The configs a GPU picks (core_triton.attention.flash's
         # _measured_choice for head dim 128 at T >= 2048, the autotuned
         # sweep at 256, the fixed configs and the bias-gradient kernel with
         # a bias), against the float64 reference.  The interpreter runs

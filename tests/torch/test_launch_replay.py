@@ -1,5 +1,5 @@
 """The torch binding replays a plan's compiled launch after its first call
-(core_triton.launch).  A replay must give the same bits as Triton's own
+(core_triton.common.launch).  A replay must give the same bits as Triton's own
 launch path, and must not be used for tensors the compiled kernel was not
 specialised for (another address alignment)."""
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_api
-from core_triton import launch as core_launch
+from core_triton.common import launch as core_launch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="replays compiled kernels only")
 

@@ -1,0 +1,894 @@
+"""Flash-attention backward kernels (FlashAttention-2, no atomics).
+
+Given the forward's ``lse [B, HQ, Tq]`` (natural log, ``-inf`` for empty
+rows) and ``delta = rowsum(dO * O) [B, HQ, Tq]`` float32 (the preprocess
+kernel), the probabilities are recomputed block by block as
+``p = exp(s - lse)`` and
+
+    dV += p^T dO,   dP = dO V^T,   dS = p * (dP - delta),
+    dQ += scale * dS' K,   dK += scale * dS'^T Q,   dbias = sum dS,
+
+with ``dS' = dS * (1 - tanh^2)`` under a logits soft cap.  Because ``lse``
+and ``delta`` come in from outside, a ring passes the *global* ones and each
+(query shard, key shard) pair gives its exact share of the gradients.
+
+* ``flash_bwd_preprocess_kernel``: ``delta``; grid ``(cdiv(Tq, BM), B*HQ)``.
+* ``flash_bwd_dkdv_kernel``: one program owns ``BN`` keys of one (batch,
+  key head) and walks the query blocks that can see them, for every query
+  head of its group (grouped-query dK/dV are summed in registers).  Grid
+  ``(cdiv(Tk, BN), B*H)``.
+* ``flash_bwd_dq_kernel``: one program owns ``BM`` queries of one (batch,
+  query head) and walks the key blocks, as the forward does.  Grid
+  ``(cdiv(Tq, BM), B*HQ)``.
+* ``flash_bwd_dbias_kernel`` (only when the bias needs a gradient): one
+  program owns a ``BM x BN`` tile of one ``(b, h)`` slice of the bias and
+  sums ``dS`` over the batches and heads that the bias is broadcast over,
+  in registers and in a fixed order (no atomics: the same bits every run
+  and in both bindings).  Output: the bias's own shape ``[Bb, Hb, Tq, Tk]``
+  in its dtype, never a float32 ``[B, HQ, Tq, Tk]`` buffer.  Grid
+  ``(cdiv(Tq, BM), cdiv(Tk, BN), Bb*Hb)``.
+
+Transposed tiles (``[keys, queries]``) are computed directly as
+``dot(k, trans(q))``; no matrix-multiply result is ever transposed (Triton
+3.4-3.7 miscompile that on Hopper).
+"""
+
+import triton
+import triton.language as tl
+
+from core_triton.attention.flash_common import (
+    LOG2E,
+    POS_INF,
+    allowed_mask,
+    allowed_mask_t,
+    block_can_be_allowed,
+    block_ranges,
+    load_tile,
+    offset_positions,
+    piece_bounds,
+    query_block_positions,
+    store_tile,
+    tanh,
+    visible_key_range,
+)
+from core_triton.common.kernel_helpers import dot, hint16
+from core_triton.common.runtime import jit
+
+
+@jit(sizes=("Tq",))
+def flash_bwd_preprocess_kernel(
+    OUT,
+    DO,
+    Tq,
+    HQ,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_od,
+    stride_dob,
+    stride_dot,
+    stride_doh,
+    stride_dod,
+    DELTA,
+    DV: tl.constexpr,
+    BDV: tl.constexpr,
+    BM: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // HQ).to(tl.int64)
+    hq = (pid_bh % HQ).to(tl.int64)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    rows = offs_m.to(tl.int64)
+    offs_dv = tl.arange(0, BDV)
+    valid = offs_m < Tq
+    m = valid[:, None] & (offs_dv < DV)[None, :]
+    o = tl.load(
+        OUT + b * stride_ob + hq * stride_oh + rows[:, None] * stride_ot + offs_dv[None, :] * stride_od,
+        mask=m,
+        other=0.0,
+    )
+    do = tl.load(
+        DO + b * stride_dob + hq * stride_doh + rows[:, None] * stride_dot + offs_dv[None, :] * stride_dod,
+        mask=m,
+        other=0.0,
+    )
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + (b * HQ + hq) * Tq + offs_m, delta, mask=valid)
+
+
+@triton.jit
+def _logits(qk, bias_tile, scale, qk_scale, cap, HAS_CAP: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Base-2 logits of a tile, and tanh of the capped logits (for the cap's
+    derivative; ``qk`` itself when there is no cap)."""
+    t = qk
+    if HAS_CAP or HAS_BIAS:
+        s = qk * scale
+        if HAS_CAP:
+            t = tanh(s / cap)
+            s = cap * t
+        if HAS_BIAS:
+            s += bias_tile
+        s = s * LOG2E
+    else:
+        s = qk * qk_scale
+    return s, t
+
+
+@triton.jit
+def _dkdv_blocks(
+    dk,
+    dv,
+    k,
+    v,
+    kpos,
+    kseg,
+    kvalid,
+    kcols,
+    lo,
+    hi,
+    end,
+    qoff,
+    Q_bh,
+    DO_bh,
+    LSE_bh,
+    DELTA_bh,
+    QPOS_b,
+    QSEG_b,
+    BIAS_bh,
+    stride_qt,
+    stride_qd,
+    stride_dot,
+    stride_dod,
+    stride_bm,
+    stride_bn,
+    scale,
+    qk_scale,
+    cap,
+    left,
+    right,
+    kmin,
+    kmax,
+    ksmin,
+    ksmax,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    BM: tl.constexpr,
+    MASK: tl.constexpr,
+    TEST: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """Query blocks ``lo, lo + BM, ... < hi`` of the piece ending at ``end``
+    against this program's keys; ``MASK`` and ``TEST`` as in the forward."""
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    for start in range(lo, hi, BM):
+        offs_m = start + tl.arange(0, BM)
+        qvalid = offs_m < end
+        if POS_MODE == 0:
+            qpos = offs_m + qoff
+        else:
+            qpos = tl.load(QPOS_b + offs_m, mask=qvalid, other=0).to(tl.int32)
+        if HAS_SEG:
+            qseg = tl.load(QSEG_b + offs_m, mask=qvalid, other=0).to(tl.int32)
+        go = True
+        if TEST:
+            qmin = tl.min(tl.where(qvalid, qpos, POS_INF), 0)
+            qmax = tl.max(tl.where(qvalid, qpos, -POS_INF), 0)
+            if HAS_SEG:
+                qsmin = tl.min(tl.where(qvalid, qseg, POS_INF), 0)
+                qsmax = tl.max(tl.where(qvalid, qseg, -POS_INF), 0)
+            else:
+                qsmin = qmin
+                qsmax = qmax
+            go = block_can_be_allowed(
+                qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
+            )
+        if go:
+            rows = offs_m.to(tl.int64) if ROW64 else offs_m
+            q = load_tile(
+                Q_bh + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
+                qvalid,
+                offs_d < D,
+                MASK,
+                D != BD,
+            )
+            do = load_tile(
+                DO_bh + rows[:, None] * stride_dot + offs_dv[None, :] * stride_dod,
+                qvalid,
+                offs_dv < DV,
+                MASK,
+                DV != BDV,
+            )
+            if MASK:
+                lse = tl.load(LSE_bh + offs_m, mask=qvalid, other=0.0)
+                delta = tl.load(DELTA_bh + offs_m, mask=qvalid, other=0.0)
+            else:
+                lse = tl.load(LSE_bh + offs_m)
+                delta = tl.load(DELTA_bh + offs_m)
+            # An empty row has lse = -inf: +inf makes its p exactly 0.
+            lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+            qk_t = dot(k, tl.trans(q), DOT_PREC)  # [BN, BM]
+            bias_t = qk_t
+            if HAS_BIAS:
+                m64 = offs_m.to(tl.int64)
+                b_ptrs = BIAS_bh + kcols[:, None] * stride_bn + m64[None, :] * stride_bm
+                bias_t = load_tile(b_ptrs, kvalid, qvalid, True, MASK).to(tl.float32)
+            s_t, t_t = _logits(qk_t, bias_t, scale, qk_scale, cap, HAS_CAP, HAS_BIAS)
+            if MASK:
+                allowed = allowed_mask_t(kpos, qpos, kvalid, qvalid, left, right, CAUSAL, HAS_WINDOW)
+                if HAS_SEG:
+                    allowed = allowed & (kseg[:, None] == qseg[None, :])
+                s_t = tl.where(allowed, s_t, float("-inf"))
+            elif HAS_SEG:
+                s_t = tl.where(kseg[:, None] == qseg[None, :], s_t, float("-inf"))
+            p_t = tl.exp2(s_t - lse2[None, :])
+            dv += dot(p_t.to(do.dtype), do, DOT_PREC)
+            dp_t = dot(v, tl.trans(do), DOT_PREC)
+            ds_t = p_t * (dp_t - delta[None, :])
+            if HAS_CAP:
+                ds_t = ds_t * (1.0 - t_t * t_t)
+            dk += dot(ds_t.to(q.dtype), q, DOT_PREC)
+    return dk, dv
+
+
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+def flash_bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    QOFF,
+    KOFF,
+    QPOS,
+    KPOS,
+    QSEG,
+    KSEG,
+    BIAS,
+    scale,
+    cap,
+    left,
+    right,
+    Tq,
+    Tk,
+    q_chunk,
+    k_chunk,
+    group,
+    H,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_dob,
+    stride_dot,
+    stride_doh,
+    stride_dod,
+    stride_pqb,
+    stride_pkb,
+    stride_sqb,
+    stride_skb,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
+    DK_OUT,
+    DV_OUT,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    TEST: tl.constexpr,
+    NQP: tl.constexpr,
+    NKP: tl.constexpr,
+    ROW64: tl.constexpr,
+    DIV16: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
+    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
+    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
+    stride_dot = hint16(stride_dot, (DIV16 & 8) != 0)
+    # Bits 4..11: batch and head strides of q, k, v, do (alignment of tile
+    # bases for JAX launches, as in the forward).
+    stride_qb = hint16(stride_qb, (DIV16 & 16) != 0)
+    stride_qh = hint16(stride_qh, (DIV16 & 32) != 0)
+    stride_kb = hint16(stride_kb, (DIV16 & 64) != 0)
+    stride_kh = hint16(stride_kh, (DIV16 & 128) != 0)
+    stride_vb = hint16(stride_vb, (DIV16 & 256) != 0)
+    stride_vh = hint16(stride_vh, (DIV16 & 512) != 0)
+    stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
+    stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    b64 = b.to(tl.int64)
+    HQ = H * group
+
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    kvalid = offs_n < Tk
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    rows = offs_n.to(tl.int64) if ROW64 else offs_n
+    kcols = offset_positions(offs_n, KOFF, k_chunk, NKP).to(tl.int64)
+    last = tl.minimum(pid_n * BN + BN, Tk) - 1
+    if POS_MODE == 0:
+        kpos = offset_positions(offs_n, KOFF, k_chunk, NKP)
+        kmin = offset_positions(pid_n * BN, KOFF, k_chunk, NKP)
+        kmax = offset_positions(last, KOFF, k_chunk, NKP)
+    else:
+        kpos = tl.load(KPOS + b64 * stride_pkb + offs_n, mask=kvalid, other=0).to(tl.int32)
+        kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
+        kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
+    if HAS_SEG:
+        kseg = tl.load(KSEG + b64 * stride_skb + offs_n, mask=kvalid, other=0).to(tl.int32)
+        ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
+        ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
+    else:
+        kseg = kpos
+        ksmin = kmin
+        ksmax = kmax
+    K_bh = K + b64 * stride_kb + h.to(tl.int64) * stride_kh
+    V_bh = V + b64 * stride_vb + h.to(tl.int64) * stride_vh
+    k = load_tile(
+        K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd, kvalid, offs_d < D, True, D != BD
+    )
+    v = load_tile(
+        V_bh + rows[:, None] * stride_vt + offs_dv[None, :] * stride_vd, kvalid, offs_dv < DV, True, DV != BDV
+    )
+    dk = tl.zeros([BN, BD], dtype=tl.float32)
+    dv = tl.zeros([BN, BDV], dtype=tl.float32)
+    qk_scale = scale * LOG2E
+
+    # Query positions that can see these keys: [lo_pos, hi_pos]; that see
+    # every one of them: [full_lo, full_hi].
+    lo_pos = -POS_INF
+    hi_pos = POS_INF
+    full_lo = -POS_INF
+    full_hi = POS_INF
+    if CAUSAL:
+        lo_pos = kmin
+        full_lo = kmax
+    if HAS_WINDOW:
+        lo_pos = tl.maximum(lo_pos, kmin - right)
+        hi_pos = kmax + left
+        full_lo = tl.maximum(full_lo, kmax - right)
+        full_hi = kmin + left
+
+    for g in range(0, group):
+        hq = (h * group + g).to(tl.int64)
+        Q_bh = Q + b64 * stride_qb + hq * stride_qh
+        DO_bh = DO + b64 * stride_dob + hq * stride_doh
+        LSE_bh = LSE + (b64 * HQ + hq) * Tq
+        DELTA_bh = DELTA + (b64 * HQ + hq) * Tq
+        QPOS_b = QPOS + b64 * stride_pqb
+        QSEG_b = QSEG + b64 * stride_sqb
+        BIAS_bh = BIAS + b64 * stride_bb + hq * stride_bh
+        for p in tl.static_range(NQP):
+            a, end = piece_bounds(p, NQP, q_chunk, Tq)
+            qoff = tl.load(QOFF + p)
+            if POS_MODE == 0:
+                t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, qoff, BM)
+            else:
+                t0, t1, t2, t3 = a, end, end, end
+            # Three runs of blocks: edge blocks with the mask, fully allowed ones
+            # without it, edge blocks again (explicit positions: one masked run).
+            for part in tl.static_range(3 if POS_MODE == 0 else 1):
+                if part == 0:
+                    lo, hi = t0, t1
+                elif part == 1:
+                    lo, hi = t1, t2
+                else:
+                    lo, hi = t2, t3
+                dk, dv = _dkdv_blocks(
+                    dk, dv, k, v, kpos, kseg, kvalid, kcols, lo, hi, end, qoff, Q_bh, DO_bh, LSE_bh, DELTA_bh,
+                    QPOS_b, QSEG_b, BIAS_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
+                    stride_bn, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD,
+                    BDV, BM, part != 1, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64,
+                    DOT_PREC,
+                )  # fmt: skip
+
+    dk = dk * scale
+    out_rows = (b64 * Tk + offs_n) * H + h
+    store_tile(
+        DK_OUT + out_rows[:, None] * D + offs_d[None, :],
+        dk.to(DK_OUT.dtype.element_ty),
+        kvalid,
+        offs_d < D,
+        True,
+        D != BD,
+    )
+    store_tile(
+        DV_OUT + out_rows[:, None] * DV + offs_dv[None, :],
+        dv.to(DV_OUT.dtype.element_ty),
+        kvalid,
+        offs_dv < DV,
+        True,
+        DV != BDV,
+    )
+
+
+@triton.jit
+def _dq_blocks(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    qpos,
+    qseg,
+    qvalid,
+    offs_m,
+    lo,
+    hi,
+    end,
+    koff,
+    K_bh,
+    V_bh,
+    KPOS_b,
+    KSEG_b,
+    BIAS_bh,
+    stride_kt,
+    stride_kd,
+    stride_vt,
+    stride_vd,
+    stride_bm,
+    stride_bn,
+    scale,
+    qk_scale,
+    cap,
+    left,
+    right,
+    qmin,
+    qmax,
+    qsmin,
+    qsmax,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    BN: tl.constexpr,
+    MASK: tl.constexpr,
+    TEST: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    for start in range(lo, hi, BN):
+        offs_n = start + tl.arange(0, BN)
+        kvalid = offs_n < end
+        if POS_MODE == 0:
+            kpos = offs_n + koff
+        else:
+            kpos = tl.load(KPOS_b + offs_n, mask=kvalid, other=0).to(tl.int32)
+        if HAS_SEG:
+            kseg = tl.load(KSEG_b + offs_n, mask=kvalid, other=0).to(tl.int32)
+        go = True
+        if TEST:
+            kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
+            kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
+            if HAS_SEG:
+                ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
+                ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
+            else:
+                ksmin = kmin
+                ksmax = kmax
+            go = block_can_be_allowed(
+                qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
+            )
+        if go:
+            rows = offs_n.to(tl.int64) if ROW64 else offs_n
+            k = load_tile(
+                K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+                kvalid,
+                offs_d < D,
+                MASK,
+                D != BD,
+            )
+            v = load_tile(
+                V_bh + rows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
+                kvalid,
+                offs_dv < DV,
+                MASK,
+                DV != BDV,
+            )
+            qk = dot(q, tl.trans(k), DOT_PREC)
+            bias = qk
+            if HAS_BIAS:
+                cols = (offs_n + koff).to(tl.int64)
+                b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
+                bias = load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
+            s, t = _logits(qk, bias, scale, qk_scale, cap, HAS_CAP, HAS_BIAS)
+            if MASK:
+                allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
+                if HAS_SEG:
+                    allowed = allowed & (qseg[:, None] == kseg[None, :])
+                s = tl.where(allowed, s, float("-inf"))
+            elif HAS_SEG:
+                s = tl.where(qseg[:, None] == kseg[None, :], s, float("-inf"))
+            p = tl.exp2(s - lse2[:, None])
+            dp = dot(do, tl.trans(v), DOT_PREC)
+            ds = p * (dp - delta[:, None])
+            if HAS_CAP:
+                ds = ds * (1.0 - t * t)
+            dq += dot(ds.to(k.dtype), k, DOT_PREC)
+    return dq
+
+
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+def flash_bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    QOFF,
+    KOFF,
+    QPOS,
+    KPOS,
+    QSEG,
+    KSEG,
+    BIAS,
+    scale,
+    cap,
+    left,
+    right,
+    Tq,
+    Tk,
+    q_chunk,
+    k_chunk,
+    group,
+    HQ,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_dob,
+    stride_dot,
+    stride_doh,
+    stride_dod,
+    stride_pqb,
+    stride_pkb,
+    stride_sqb,
+    stride_skb,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
+    DQ_OUT,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    TEST: tl.constexpr,
+    NQP: tl.constexpr,
+    NKP: tl.constexpr,
+    ROW64: tl.constexpr,
+    DIV16: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
+    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
+    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
+    stride_dot = hint16(stride_dot, (DIV16 & 8) != 0)
+    # Bits 4..11: batch and head strides of q, k, v, do (alignment of tile
+    # bases for JAX launches, as in the forward).
+    stride_qb = hint16(stride_qb, (DIV16 & 16) != 0)
+    stride_qh = hint16(stride_qh, (DIV16 & 32) != 0)
+    stride_kb = hint16(stride_kb, (DIV16 & 64) != 0)
+    stride_kh = hint16(stride_kh, (DIV16 & 128) != 0)
+    stride_vb = hint16(stride_vb, (DIV16 & 256) != 0)
+    stride_vh = hint16(stride_vh, (DIV16 & 512) != 0)
+    stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
+    stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HQ
+    hq = pid_bh % HQ
+    h = hq // group
+    b64 = b.to(tl.int64)
+
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    qvalid = offs_m < Tq
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    rows = offs_m.to(tl.int64) if ROW64 else offs_m
+    last = tl.minimum(pid_m * BM + BM, Tq) - 1
+    qpos, qmin, qmax, qseg, qsmin, qsmax = query_block_positions(
+        QPOS, QSEG, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk, b64, stride_pqb, stride_sqb,
+        NQP, POS_MODE, HAS_SEG,
+    )  # fmt: skip
+    q = load_tile(
+        Q
+        + b64 * stride_qb
+        + hq.to(tl.int64) * stride_qh
+        + rows[:, None] * stride_qt
+        + offs_d[None, :] * stride_qd,
+        qvalid,
+        offs_d < D,
+        True,
+        D != BD,
+    )
+    do = load_tile(
+        DO
+        + b64 * stride_dob
+        + hq.to(tl.int64) * stride_doh
+        + rows[:, None] * stride_dot
+        + offs_dv[None, :] * stride_dod,
+        qvalid,
+        offs_dv < DV,
+        True,
+        DV != BDV,
+    )
+    row_base = (b64 * HQ + hq) * Tq
+    lse = tl.load(LSE + row_base + offs_m, mask=qvalid, other=0.0)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+    delta = tl.load(DELTA + row_base + offs_m, mask=qvalid, other=0.0)
+    K_bh = K + b64 * stride_kb + h.to(tl.int64) * stride_kh
+    V_bh = V + b64 * stride_vb + h.to(tl.int64) * stride_vh
+    KPOS_b = KPOS + b64 * stride_pkb
+    KSEG_b = KSEG + b64 * stride_skb
+    BIAS_bh = BIAS + b64 * stride_bb + hq.to(tl.int64) * stride_bh
+    dq = tl.zeros([BM, BD], dtype=tl.float32)
+    qk_scale = scale * LOG2E
+
+    lo_pos, hi_pos, full_lo, full_hi = visible_key_range(qmin, qmax, left, right, CAUSAL, HAS_WINDOW)
+
+    for p in tl.static_range(NKP):
+        a, end = piece_bounds(p, NKP, k_chunk, Tk)
+        koff = tl.load(KOFF + p)
+        if POS_MODE == 0:
+            t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, koff, BN)
+        else:
+            t0, t1, t2, t3 = a, end, end, end
+        # Three runs of blocks: edge blocks with the mask, fully allowed ones
+        # without it, edge blocks again (explicit positions: one masked run).
+        for part in tl.static_range(3 if POS_MODE == 0 else 1):
+            if part == 0:
+                lo, hi = t0, t1
+            elif part == 1:
+                lo, hi = t1, t2
+            else:
+                lo, hi = t2, t3
+            dq = _dq_blocks(
+                dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, lo, hi, end, koff, K_bh, V_bh, KPOS_b,
+                KSEG_b, BIAS_bh, stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn, scale,
+                qk_scale, cap, left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, part != 1, TEST,
+                CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
+            )  # fmt: skip
+
+    dq = dq * scale
+    out_rows = (b64 * Tq + offs_m) * HQ + hq
+    store_tile(
+        DQ_OUT + out_rows[:, None] * D + offs_d[None, :],
+        dq.to(DQ_OUT.dtype.element_ty),
+        qvalid,
+        offs_d < D,
+        True,
+        D != BD,
+    )
+
+
+@triton.jit
+def _tile_positions(OFF, POS_b, offs, valid, chunk, NP: tl.constexpr, POS_MODE: tl.constexpr):
+    """Positions of the indices ``offs`` of one batch row (see
+    _attention_common: piece offsets, or an explicit array)."""
+    if POS_MODE == 0:
+        pos = offset_positions(offs, OFF, chunk, NP)
+    else:
+        pos = tl.load(POS_b + offs, mask=valid, other=0).to(tl.int32)
+    return pos
+
+
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "NB"))
+def flash_bwd_dbias_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    QOFF,
+    KOFF,
+    QPOS,
+    KPOS,
+    QSEG,
+    KSEG,
+    BIAS,
+    scale,
+    cap,
+    left,
+    right,
+    Tq,
+    Tk,
+    q_chunk,
+    k_chunk,
+    group,
+    HQ,
+    NB,
+    NH,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_dob,
+    stride_dot,
+    stride_doh,
+    stride_dod,
+    stride_pqb,
+    stride_pkb,
+    stride_sqb,
+    stride_skb,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
+    DB_OUT,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    NQP: tl.constexpr,
+    NKP: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    """``dbias [Bb, Hb, Tq, Tk]`` (the bias's shape; ``Tk`` local keys, read
+    from the bias at their global columns ``j + koff``): program ``(m, n,
+    z)`` owns rows ``m*BM..`` and columns ``n*BN..`` of slice ``z = bb*Hb +
+    bh`` and sums ``dS = p * (dP - delta)`` over the ``NB`` batches and
+    ``NH`` query heads that share it (``NB`` is B for a batch-broadcast
+    bias, else 1; ``NH`` likewise), batch-major, in float32 registers.
+    ``dS`` is recomputed (two matrix products per pair) rather than stored
+    by the dK/dV kernel: a broadcast bias would otherwise need a float32
+    ``[B, HQ, Tq, Tk]`` buffer.  Pairs whose tile has no allowed entry are
+    skipped; every element is written once."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_z = tl.program_id(2)
+    Hb = HQ // NH
+    bb = pid_z // Hb
+    bh = pid_z % Hb
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    qvalid = offs_m < Tq
+    kvalid = offs_n < Tk
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    m64 = offs_m.to(tl.int64)
+    qrows = m64 if ROW64 else offs_m
+    krows = offs_n.to(tl.int64) if ROW64 else offs_n
+    kcols = offset_positions(offs_n, KOFF, k_chunk, NKP).to(tl.int64)
+    # The bias tile is the same for every pair summed here: load it once.
+    b_ptrs = (
+        BIAS
+        + bb.to(tl.int64) * stride_bb
+        + bh.to(tl.int64) * stride_bh
+        + m64[:, None] * stride_bm
+        + kcols[None, :] * stride_bn
+    )
+    bias = load_tile(b_ptrs, qvalid, kvalid, True, True).to(tl.float32)
+    qk_scale = scale * LOG2E
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for i in range(0, NB * NH):
+        b = (bb + i // NH).to(tl.int64)
+        hq = (bh + i % NH).to(tl.int64)
+        h = hq // group
+        qpos = _tile_positions(QOFF, QPOS + b * stride_pqb, offs_m, qvalid, q_chunk, NQP, POS_MODE)
+        kpos = _tile_positions(KOFF, KPOS + b * stride_pkb, offs_n, kvalid, k_chunk, NKP, POS_MODE)
+        allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
+        if HAS_SEG:
+            qseg = tl.load(QSEG + b * stride_sqb + offs_m, mask=qvalid, other=0)
+            kseg = tl.load(KSEG + b * stride_skb + offs_n, mask=kvalid, other=0)
+            allowed = allowed & (qseg.to(tl.int32)[:, None] == kseg.to(tl.int32)[None, :])
+        # Exact skip: a tile the mask removes contributes 0 (causal: half).
+        if tl.max(tl.max(allowed.to(tl.int32), 1), 0) > 0:
+            q = load_tile(
+                Q + b * stride_qb + hq * stride_qh + qrows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
+                qvalid,
+                offs_d < D,
+                True,
+                D != BD,
+            )
+            do = load_tile(
+                DO
+                + b * stride_dob
+                + hq * stride_doh
+                + qrows[:, None] * stride_dot
+                + offs_dv[None, :] * stride_dod,
+                qvalid,
+                offs_dv < DV,
+                True,
+                DV != BDV,
+            )
+            k = load_tile(
+                K + b * stride_kb + h * stride_kh + krows[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+                kvalid,
+                offs_d < D,
+                True,
+                D != BD,
+            )
+            v = load_tile(
+                V + b * stride_vb + h * stride_vh + krows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
+                kvalid,
+                offs_dv < DV,
+                True,
+                DV != BDV,
+            )
+            row = (b * HQ + hq) * Tq
+            lse = tl.load(LSE + row + offs_m, mask=qvalid, other=0.0)
+            delta = tl.load(DELTA + row + offs_m, mask=qvalid, other=0.0)
+            # An empty row has lse = -inf: +inf makes its p exactly 0.
+            lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+            s, _ = _logits(dot(q, tl.trans(k), DOT_PREC), bias, scale, qk_scale, cap, HAS_CAP, True)
+            p = tl.exp2(tl.where(allowed, s, float("-inf")) - lse2[:, None])
+            dp = dot(do, tl.trans(v), DOT_PREC)
+            acc += p * (dp - delta[:, None])
+    out = DB_OUT + (pid_z.to(tl.int64) * Tq + m64)[:, None] * Tk + offs_n[None, :]
+    store_tile(out, acc.to(DB_OUT.dtype.element_ty), qvalid, kvalid, True, True)

@@ -1,0 +1,472 @@
+"""Flash-attention forward kernel (FlashAttention-2 online softmax).
+
+One program computes ``BM`` query rows of one (batch, query head) pair,
+walking the key blocks the mask allows and keeping a running max ``m``, a
+running normaliser ``l`` and an unnormalised output ``acc`` in float32
+(base-2 logits, so each ``exp`` is one ``exp2``).  Outputs: ``out [B, Tq,
+HQ, Dv]`` (contiguous) and ``lse [B, HQ, Tq]`` float32, the natural-log
+normaliser (``-inf`` for a row with no allowed key and no finite sink;
+every row with no allowed key gets output 0, and with finite sinks ``lse``
+is the log-sum-exp of the sinks alone).  Positions, pieces and block ranges: see _attention_common.
+
+Grid: ``(cdiv(Tq, BM), B * HQ)``.  Grouped queries: head ``hq`` reads key
+head ``hq // group``.  Head dims ``D``/``DV`` are padded to powers of two
+``BD``/``BDV`` with masks.  Offsets of a (batch, head) slice are 64-bit;
+row offsets inside a slice are 64-bit when the plan sets ``ROW64``.
+"""
+
+import triton
+import triton.language as tl
+
+from core_triton.attention.flash_common import (
+    LN2,
+    LOG2E,
+    POS_INF,
+    allowed_mask,
+    block_can_be_allowed,
+    block_ranges,
+    load_tile,
+    piece_bounds,
+    query_block_positions,
+    store_tile,
+    tanh,
+    visible_key_range,
+)
+from core_triton.common.kernel_helpers import dot, hint16
+from core_triton.common.runtime import jit
+
+
+@triton.jit
+def _fwd_blocks(
+    acc,
+    m_i,
+    l_i,
+    q,
+    qpos,
+    qseg,
+    qvalid,
+    offs_m,
+    lo,
+    hi,
+    end,
+    koff,
+    K_bh,
+    V_bh,
+    KPOS_b,
+    KSEG_b,
+    BIAS_bh,
+    stride_kt,
+    stride_kd,
+    stride_vt,
+    stride_vd,
+    stride_bm,
+    stride_bn,
+    qk_scale,
+    scale,
+    cap,
+    left,
+    right,
+    qmin,
+    qmax,
+    qsmin,
+    qsmax,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    BN: tl.constexpr,
+    MASK: tl.constexpr,
+    TEST: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """Key blocks starting at ``lo, lo + BN, ... < hi`` of the piece ending
+    at ``end``.  ``MASK``: apply the position/edge mask; ``TEST``: skip a
+    block when its position or segment ranges exclude every pair."""
+    for start in range(lo, hi, BN):
+        acc, m_i, l_i = _fwd_step(
+            acc,
+            m_i,
+            l_i,
+            q,
+            qpos,
+            qseg,
+            qvalid,
+            offs_m,
+            start,
+            end,
+            koff,
+            K_bh,
+            V_bh,
+            KPOS_b,
+            KSEG_b,
+            BIAS_bh,
+            stride_kt,
+            stride_kd,
+            stride_vt,
+            stride_vd,
+            stride_bm,
+            stride_bn,
+            qk_scale,
+            scale,
+            cap,
+            left,
+            right,
+            qmin,
+            qmax,
+            qsmin,
+            qsmax,
+            D,
+            DV,
+            BD,
+            BDV,
+            BN,
+            MASK,
+            TEST,
+            CAUSAL,
+            HAS_WINDOW,
+            HAS_CAP,
+            HAS_BIAS,
+            HAS_SEG,
+            POS_MODE,
+            ROW64,
+            DOT_PREC,
+        )
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _fwd_step(
+    acc,
+    m_i,
+    l_i,
+    q,
+    qpos,
+    qseg,
+    qvalid,
+    offs_m,
+    start,
+    end,
+    koff,
+    K_bh,
+    V_bh,
+    KPOS_b,
+    KSEG_b,
+    BIAS_bh,
+    stride_kt,
+    stride_kd,
+    stride_vt,
+    stride_vd,
+    stride_bm,
+    stride_bn,
+    qk_scale,
+    scale,
+    cap,
+    left,
+    right,
+    qmin,
+    qmax,
+    qsmin,
+    qsmax,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    BN: tl.constexpr,
+    MASK: tl.constexpr,
+    TEST: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    ROW64: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """One key block ``[start, start + BN)``."""
+    offs_n = start + tl.arange(0, BN)
+    kvalid = offs_n < end
+    if POS_MODE == 0:
+        kpos = offs_n + koff
+    else:
+        kpos = tl.load(KPOS_b + offs_n, mask=kvalid, other=0).to(tl.int32)
+    if HAS_SEG:
+        kseg = tl.load(KSEG_b + offs_n, mask=kvalid, other=0).to(tl.int32)
+    go = True
+    if TEST:
+        kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
+        kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
+        if HAS_SEG:
+            ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
+            ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
+        else:
+            ksmin = kmin
+            ksmax = kmax
+        go = block_can_be_allowed(
+            qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
+        )
+    if go:
+        rows = offs_n.to(tl.int64) if ROW64 else offs_n
+        offs_d = tl.arange(0, BD)
+        offs_dv = tl.arange(0, BDV)
+        k = load_tile(
+            K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd, kvalid, offs_d < D, MASK, D != BD
+        )
+        qk = dot(q, tl.trans(k), DOT_PREC)
+        if HAS_CAP or HAS_BIAS:
+            s = qk * scale
+            if HAS_CAP:
+                s = cap * tanh(s / cap)
+            if HAS_BIAS:
+                cols = (offs_n + koff).to(tl.int64)
+                b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
+                s += load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
+            s = s * LOG2E
+        else:
+            s = qk * qk_scale
+        if MASK:
+            allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
+            if HAS_SEG:
+                allowed = allowed & (qseg[:, None] == kseg[None, :])
+            s = tl.where(allowed, s, float("-inf"))
+        elif HAS_SEG:
+            s = tl.where(qseg[:, None] == kseg[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if MASK or HAS_SEG or HAS_BIAS:
+            # A row with nothing allowed so far keeps m = -inf: shift by 0
+            # instead, so that exp2(-inf - -inf) never makes a NaN.
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_use = m_new
+        p = tl.exp2(s - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = load_tile(
+            V_bh + rows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
+            kvalid,
+            offs_dv < DV,
+            MASK,
+            DV != BDV,
+        )
+        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+def flash_fwd_kernel(
+    Q,
+    K,
+    V,
+    QOFF,
+    KOFF,
+    QPOS,
+    KPOS,
+    QSEG,
+    KSEG,
+    SINK,
+    BIAS,
+    scale,
+    cap,
+    left,
+    right,
+    Tq,
+    Tk,
+    q_chunk,
+    k_chunk,
+    group,
+    HQ,
+    n_sink,
+    stride_qb,
+    stride_qt,
+    stride_qh,
+    stride_qd,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_vd,
+    stride_pqb,
+    stride_pkb,
+    stride_sqb,
+    stride_skb,
+    stride_bb,
+    stride_bh,
+    stride_bm,
+    stride_bn,
+    stride_sink,
+    OUT,
+    LSE,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BD: tl.constexpr,
+    BDV: tl.constexpr,
+    BS: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_CAP: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    POS_MODE: tl.constexpr,
+    TEST: tl.constexpr,
+    NQP: tl.constexpr,
+    NKP: tl.constexpr,
+    ROW64: tl.constexpr,
+    DIV16: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+):
+    # Bit k of DIV16: the k-th of (qt, kt, vt) row strides is a multiple of 16.
+    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
+    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
+    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
+    # Bits 3..8: batch and head strides of q, k, v.  Without them a JAX
+    # launch cannot prove a tile's base 16-byte aligned, and every K/V load
+    # in the loop splits into scalar loads.
+    stride_qb = hint16(stride_qb, (DIV16 & 8) != 0)
+    stride_qh = hint16(stride_qh, (DIV16 & 16) != 0)
+    stride_kb = hint16(stride_kb, (DIV16 & 32) != 0)
+    stride_kh = hint16(stride_kh, (DIV16 & 64) != 0)
+    stride_vb = hint16(stride_vb, (DIV16 & 128) != 0)
+    stride_vh = hint16(stride_vh, (DIV16 & 256) != 0)
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // HQ
+    hq = pid_bh % HQ
+    h = hq // group
+    b64 = b.to(tl.int64)
+
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    qvalid = offs_m < Tq
+    offs_d = tl.arange(0, BD)
+    offs_dv = tl.arange(0, BDV)
+    rows = offs_m.to(tl.int64) if ROW64 else offs_m
+    Q_bh = Q + b64 * stride_qb + hq.to(tl.int64) * stride_qh
+    K_bh = K + b64 * stride_kb + h.to(tl.int64) * stride_kh
+    V_bh = V + b64 * stride_vb + h.to(tl.int64) * stride_vh
+    KPOS_b = KPOS + b64 * stride_pkb
+    KSEG_b = KSEG + b64 * stride_skb
+    BIAS_bh = BIAS + b64 * stride_bb + hq.to(tl.int64) * stride_bh
+
+    last = tl.minimum(pid_m * BM + BM, Tq) - 1
+    qpos, qmin, qmax, qseg, qsmin, qsmax = query_block_positions(
+        QPOS, QSEG, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk, b64, stride_pqb, stride_sqb,
+        NQP, POS_MODE, HAS_SEG,
+    )  # fmt: skip
+
+    q = load_tile(
+        Q_bh + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd, qvalid, offs_d < D, True, D != BD
+    )
+    qk_scale = scale * LOG2E
+    acc = tl.zeros([BM, BDV], dtype=tl.float32)
+    m_i = tl.full([BM], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BM], dtype=tl.float32)
+
+    lo_pos, hi_pos, full_lo, full_hi = visible_key_range(qmin, qmax, left, right, CAUSAL, HAS_WINDOW)
+
+    for p in tl.static_range(NKP):
+        a, end = piece_bounds(p, NKP, k_chunk, Tk)
+        koff = tl.load(KOFF + p)
+        if POS_MODE == 0:
+            t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, koff, BN)
+        else:
+            t0, t1, t2, t3 = a, end, end, end
+        # Three runs of key blocks: edge blocks with the mask, fully allowed
+        # blocks without it, edge blocks again (explicit positions: one run,
+        # all masked).
+        for part in tl.static_range(3 if POS_MODE == 0 else 1):
+            if part == 0:
+                lo, hi = t0, t1
+            elif part == 1:
+                lo, hi = t1, t2
+            else:
+                lo, hi = t2, t3
+            acc, m_i, l_i = _fwd_blocks(
+                acc,
+                m_i,
+                l_i,
+                q,
+                qpos,
+                qseg,
+                qvalid,
+                offs_m,
+                lo,
+                hi,
+                end,
+                koff,
+                K_bh,
+                V_bh,
+                KPOS_b,
+                KSEG_b,
+                BIAS_bh,
+                stride_kt,
+                stride_kd,
+                stride_vt,
+                stride_vd,
+                stride_bm,
+                stride_bn,
+                qk_scale,
+                scale,
+                cap,
+                left,
+                right,
+                qmin,
+                qmax,
+                qsmin,
+                qsmax,
+                D,
+                DV,
+                BD,
+                BDV,
+                BN,
+                part != 1,
+                TEST,
+                CAUSAL,
+                HAS_WINDOW,
+                HAS_CAP,
+                HAS_BIAS,
+                HAS_SEG,
+                POS_MODE,
+                ROW64,
+                DOT_PREC,
+            )
+
+    if HAS_SINK:
+        # Sinks join the normaliser once, here, as logits with no value.
+        offs_s = tl.arange(0, BS)
+        sink = tl.load(SINK + hq * stride_sink + offs_s, mask=offs_s < n_sink, other=float("-inf"))
+        sink = sink.to(tl.float32) * LOG2E
+        m_f = tl.maximum(m_i, tl.max(sink, 0))
+        # -inf sinks on a row with no allowed key leave m = -inf: shift by 0
+        # then (exp2(-inf - -inf) would be NaN); the row stays empty.
+        m_use = tl.where(m_f == float("-inf"), 0.0, m_f)
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(tl.exp2(sink[None, :] - m_use[:, None]), 1)
+        acc = acc * alpha[:, None]
+        m_i = m_use
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
+
+    o_rows = (b64 * Tq + offs_m) * HQ + hq
+    store_tile(
+        OUT + o_rows[:, None] * DV + offs_dv[None, :],
+        out.to(OUT.dtype.element_ty),
+        qvalid,
+        offs_dv < DV,
+        True,
+        DV != BDV,
+    )
+    tl.store(LSE + (b64 * HQ + hq) * Tq + offs_m, lse, mask=qvalid)

@@ -1,0 +1,217 @@
+"""Planning for ``ring_attention`` (the framework-free part of the ring).
+
+Each of ``n`` devices holds one shard of ``T_local`` tokens of the query and
+key/value sequences.  Key/value shards (with their segment ids and explicit
+positions) travel around the ring; at step ``s`` device ``r`` holds the
+shard of ``src = (r - s) mod n`` and runs the flash-attention kernels on
+(its queries, that shard) with the *global* positions of both, given as
+piece offsets (see core_triton.attention.flash_common):
+
+* contiguous layout: one piece, offset ``rank * T_local``;
+* zig-zag layout (causal load balance): device ``r`` holds chunks ``r`` and
+  ``2n-1-r`` of ``2n`` chunks of ``c = T_local / 2`` tokens: two pieces with
+  offsets ``r*c`` and ``(2n-1-r)*c - c``.
+
+The same offsets give the bias's columns (its last axis spans every key, in
+global order).  The bias gradient of a step covers only that step's keys
+(``[B|1, HQ|1, T_local, T_local]``, local key order, complete: every column
+belongs to one shard); the bindings write its pieces into the one
+global-width gradient (:func:`bias_pieces`), so no step allocates the global
+width.  Blocks the mask removes are skipped by the kernels' loop
+bounds, so a fully masked (query shard, key shard) pair costs one launch of
+empty programs.  Partial outputs are float32 and merged by log-sum-exp
+(``softmax_parts.ring_merge_plan``); sinks join once, after the merge
+(``softmax_parts.ring_sinks_plan``).  :class:`RingSchedule` is the step
+schedule both bindings walk; they keep only the moving of shards
+(``ppermute`` / ``torch.distributed``) and their autodiff plumbing.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from core_triton.attention import flash as fa
+from core_triton.common.launch import TensorInfo
+
+
+def offsets(rank, n: int, t_local: int, zigzag: bool) -> list:
+    """Piece offsets of the shard of ``rank`` (an int or a traced/array
+    scalar: only + and * are used)."""
+    if not zigzag:
+        return [rank * t_local]
+    c = t_local // 2
+    return [rank * c, (2 * n - 1 - rank) * c - c]
+
+
+def bias_pieces(src, n: int, t_local: int, zigzag: bool) -> list[tuple]:
+    """``(local_start, global_start, length)`` of each run of the keys of
+    ``src``'s shard: local key columns ``local_start ..`` are the bias's
+    global columns ``global_start ..`` (``src`` may be traced: only + and *
+    are used)."""
+    pieces = 2 if zigzag else 1
+    c = t_local // pieces
+    return [(p * c, p * c + off, c) for p, off in enumerate(offsets(src, n, t_local, zigzag))]
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """Step ``index`` of the ring on one device: the shard of ``src`` is
+    visiting; the kernels take ``q_offsets`` (this device's piece offsets)
+    and ``k_offsets`` (``src``'s); the step's bias gradient
+    (``[.., T_local]``, local key order) fills the global columns of
+    ``bias_pieces``; ``last``: no shard is sent on after it.
+    ``masked_out``: True when the mask removes every (query, key) pair of
+    the step (causal, contiguous layout, the shard after this one's), False
+    when it does not, None when that is not known here (a traced rank,
+    explicit positions, a sliding window that may remove it).  ``src`` and the offsets are ints, or traced
+    scalars when the rank is (only + and * are used)."""
+
+    index: int
+    src: Any
+    q_offsets: tuple
+    k_offsets: tuple
+    bias_pieces: tuple
+    last: bool
+    masked_out: bool | None
+
+
+@dataclass(frozen=True)
+class RingSchedule:
+    """The ring's step schedule, which both bindings walk: ``n`` devices
+    holding ``t_local`` tokens each, contiguous or zig-zag.  At step ``s``
+    device ``rank`` holds the shard of ``(rank - s) mod n``."""
+
+    n: int
+    t_local: int
+    zigzag: bool
+    causal: bool = False
+    explicit_positions: bool = False
+    windowed: bool = False
+
+    def steps(self, rank) -> list[RingStep]:
+        """The ``n`` steps of device ``rank`` (an int, or a traced scalar)."""
+        n, t, zz = self.n, self.t_local, self.zigzag
+        mine = tuple(offsets(rank, n, t, zz))
+        known = isinstance(rank, int) and not self.explicit_positions
+        out = []
+        for s in range(n):
+            src = (rank - s) % n
+            masked = None
+            if known:
+                # Contiguous shards: every key of a later shard comes after
+                # every query here.  Zig-zag pairs always share allowed pairs.
+                masked = self.causal and not zz and src > rank
+                if not masked and self.windowed:
+                    masked = None  # the window may still remove it
+            out.append(
+                RingStep(
+                    index=s,
+                    src=src,
+                    q_offsets=mine,
+                    k_offsets=tuple(offsets(src, n, t, zz)),
+                    bias_pieces=tuple(bias_pieces(src, n, t, zz)),
+                    last=s + 1 == n,
+                    masked_out=masked,
+                )
+            )
+        return out
+
+
+@functools.lru_cache(maxsize=256)
+def plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    n: int,
+    zigzag: bool,
+    q_segment_ids: TensorInfo | None = None,
+    kv_segment_ids: TensorInfo | None = None,
+    softmax_aux: TensorInfo | None = None,
+    bias: TensorInfo | None = None,
+    sliding_window=None,
+    causal=False,
+    logits_soft_cap=None,
+    softmax_scale=None,
+    q_positions: TensorInfo | None = None,
+    kv_positions: TensorInfo | None = None,
+    return_lse=False,
+) -> tuple[fa.AttentionPlans, bool]:
+    """Check the arguments (local shards; ``bias [B|1, HQ|1, T_local,
+    n*T_local]``) and plan one ring step.  The plans' forward takes no
+    sinks (the bindings add them once after the merge) and gives float32
+    partial outputs; the backward gives float32 gradients."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"the ring size must be a positive int, got {n!r}")
+    t_local = query.shape[1] if query.ndim == 4 else 0
+    opts, return_lse = fa.validate(
+        query,
+        key,
+        value,
+        q_segment_ids,
+        kv_segment_ids,
+        softmax_aux,
+        bias,
+        sliding_window,
+        causal,
+        logits_soft_cap,
+        softmax_scale,
+        q_positions,
+        kv_positions,
+        return_lse,
+        kv_len=n * key.shape[1],
+    )
+    if key.shape[1] != t_local:
+        raise ValueError(f"query and key shards must have one length, got {t_local} and {key.shape[1]}")
+    if zigzag and t_local % 2:
+        raise ValueError(f"zigzag needs an even shard length (two chunks per device), got {t_local}")
+    pieces = 2 if zigzag else 1
+    chunk = t_local // pieces
+    opts = fa.Options(
+        causal=opts.causal,
+        window=opts.window,
+        cap=opts.cap,
+        scale=opts.scale,
+        positions=opts.positions,
+        q_pieces=pieces,
+        k_pieces=pieces,
+        q_chunk=chunk,
+        k_chunk=chunk,
+    )
+    if opts.positions == "explicit":
+        q_positions = q_positions or TensorInfo((t_local,), "int32", (1,))
+        kv_positions = kv_positions or TensorInfo((t_local,), "int32", (1,))
+    # One segment-id array given: it is the keys' too, and travels with them.
+    if q_segment_ids is None and kv_segment_ids is not None:
+        q_segment_ids = kv_segment_ids
+    if kv_segment_ids is None and q_segment_ids is not None:
+        kv_segment_ids = q_segment_ids
+    step = fa.attention_plans(
+        query,
+        key,
+        value,
+        opts,
+        q_segment_ids,
+        kv_segment_ids,
+        None,
+        bias,
+        q_positions,
+        kv_positions,
+        out_dtype="float32",
+        grad_dtype="float32",
+    )
+    return step, return_lse
+
+
+def zigzag_order(n: int, length: int) -> list[int]:
+    """Token indices of the zig-zag layout: ``global[order]`` is the
+    concatenation of the shards of devices 0..n-1."""
+    if length % (2 * n):
+        raise ValueError(f"zigzag needs seq_len divisible by 2 * ring size = {2 * n}, got {length}")
+    c = length // (2 * n)
+    order = []
+    for r in range(n):
+        for chunk in (r, 2 * n - 1 - r):
+            order.extend(range(chunk * c, (chunk + 1) * c))
+    return order

@@ -1,0 +1,388 @@
+"""``chunk_linear_attn``: linear attention with scalar gates, chunk-parallel.
+
+The spec's recurrence (``recurrent`` restricted to ``g [B,T,H]`` and
+``g_gamma [H]``), computed over chunks of ``chunk_size`` tokens that start
+at each sequence's first token.  Launch sequence, forward:
+
+1. ``gc``: in-chunk cumsum of ``g`` (the foundation's segment-cumsum
+   kernel, float32, same direction as the recurrence); ``g_gamma``'s is
+   formed in the kernels;
+2. ``h, final``: states entering every chunk, and the final state
+   (chunk_state.py);
+3. ``o``: output = inter-chunk (``q @ h``) + intra-chunk (chunk_output.py).
+
+Backward (from ``do`` and the final state's cotangent ``dht``):
+
+1. ``dh, dh0``: gradients of the states leaving every chunk, and of the
+   initial state (chunk_state_backward.py);
+2. ``dv`` (chunk_backward_dv.py);
+3. ``dq, dk, w`` with ``w`` the per-token gate quantity
+   (chunk_backward_dqk.py, which derives it);
+4. ``dg``: suffix sums of ``w`` per sequence (prefix sums when reversed),
+   the foundation's global cumsum;
+5. ``dg_gamma``: column sums of ``dg`` (common/reductions.py).
+
+``reverse=True`` runs natively: chunks still start at each sequence's
+first token, are visited last to first, and their gates are suffix sums.
+
+Inputs by name: ``query``, ``key``, ``value``, ``g``, ``g_gamma``,
+``initial_state`` (those given, contiguous), and for packed input
+``cu_seqlens`` plus ``prepare_chunk_offsets(cu_seqlens, size)`` under each
+name of the plans' ``offsets``.  The backward also reads the
+forward outputs named in ``residuals``, ``do`` (output's shape and dtype)
+and ``dht`` (``[N, H, K, V]`` float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+
+from core_triton.common import checks, reductions
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.op import OpPlans
+from core_triton.common.runtime import is_interpreted
+from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.cumsum import plan as _cumsum_plan
+from core_triton.linear_attn import args as _linear_attn_args
+from core_triton.linear_attn import shared_memory
+from core_triton.linear_attn.args import LinearAttnArgs, linear_attn_plans
+from core_triton.linear_attn.chunk_bwd_dqk import chunk_backward_dqk_kernel
+from core_triton.linear_attn.chunk_bwd_dv import chunk_backward_dv_kernel
+from core_triton.linear_attn.chunk_bwd_state import chunk_state_backward_kernel
+from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel
+from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel
+
+MIN_CHUNK = 16  # tl.dot needs every dimension >= 16
+MAX_CHUNK = 256  # a chunk's [BT, BT] score tile must fit in registers
+
+# Tile sizes and launch options per kernel, chosen here rather than by
+# triton.autotune: every (shape, gates, dtype) specialisation would otherwise
+# compile every config, which made the GPU test suite take many minutes.
+# Values measured on the H100 (bf16, B=4, T=4096, H=16, K=V=128, chunk 64);
+# benchmarks may override them (keys: the kernel names below).
+TILE_OVERRIDES: dict[str, dict] = {}
+
+
+def _tiles(
+    kernel: str,
+    K: int,
+    V: int,
+    BT: int,
+    interpreted: bool,
+    *,
+    itemsize: int = 4,
+    state_itemsize: int = 4,
+    ieee: bool = True,
+    group: int = 1,
+    limit: int = shared_memory.H100_SHARED_BYTES,
+) -> dict:
+    """BK, BV, num_warps, num_stages of one kernel.
+
+    Compiled (``interpreted=False``): the measured tiles, or where their
+    modelled shared memory (shared_memory.need) exceeds ``limit`` bytes,
+    the largest smaller tiles that fit, then the same without pipelining.
+    ``itemsize``/``state_itemsize``: bytes per input/state element,
+    ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
+    case (float32, no grouped queries).  Where nothing fits (float32 inputs
+    with 256-token chunks: the [BT, BT] float32 scores alone take 256 KiB)
+    the smallest tiles are returned."""
+    kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
+    if interpreted:
+        # Whole numpy tiles run fastest; 64 still exercises multi-tile loops.
+        t = dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2)
+        return {**t, **TILE_OVERRIDES.get(kernel, {})}
+    t = {
+        "chunk_state": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_output": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_state_backward": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_dv": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
+        # All of K in one tile where it fits (no recomputed scores).
+        "chunk_dqk": dict(BK=kp, BV=min(vp, 64), num_warps=8, num_stages=2),
+    }[kernel]
+    if BT >= 128:
+        t["num_warps"] = 8
+    t = {**t, **TILE_OVERRIDES.get(kernel, {})}
+    sizes = dict(itemsize=itemsize, state_itemsize=state_itemsize, ieee=ieee, group=group)
+    options = shared_memory.candidates(t["BK"], t["BV"], t["num_stages"])
+    for bk, bv, stages in options:
+        if shared_memory.need(kernel, BT, bk, bv, stages, **sizes) <= limit:
+            break
+    return {**t, "BK": bk, "BV": bv, "num_stages": stages}
+
+
+def kernel_chunk(chunk: int, dtype: str) -> int:
+    """The chunk length the kernels run for a ``chunk_size`` of ``chunk``.
+
+    ``chunk_size`` only groups the computation (the result is the same
+    recurrence, up to rounding), so where a chunk's tiles cannot fit in
+    shared memory the kernels run shorter chunks: float32 inputs with
+    256-token chunks, whose ``[256, 256]`` float32 score tile alone takes
+    256 KiB against the H100's 227 KiB, run on 128-token chunks."""
+    return min(chunk, 128) if dtype == "float32" else chunk
+
+
+def check_chunk_size(chunk_size) -> int:
+    chunk = checks.check_power_of_two(chunk_size, "chunk_size")
+    if not MIN_CHUNK <= chunk <= MAX_CHUNK:
+        raise ValueError(
+            f"chunk_size must be a power of two between {MIN_CHUNK} and {MAX_CHUNK}, got {chunk}"
+        )
+    return chunk
+
+
+def plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    g: TensorInfo | None = None,
+    g_gamma: TensorInfo | None = None,
+    softmax_scale=None,
+    initial_state: TensorInfo | None = None,
+    reverse=False,
+    cu_seqlens: TensorInfo | None = None,
+    chunk_size=64,
+    cu_seqlens_values=None,
+) -> OpPlans:
+    """Check the arguments (ValueError/TypeError naming the culprit) and
+    plan the forward and backward launches.  ``cu_seqlens_values``: the
+    host values of ``cu_seqlens`` where known (checked then)."""
+    args = _linear_attn_args.validate(
+        query,
+        key,
+        value,
+        g=g,
+        g_gamma=g_gamma,
+        softmax_scale=softmax_scale,
+        initial_state=initial_state,
+        reverse=reverse,
+        cu_seqlens=cu_seqlens,
+        cu_seqlens_values=cu_seqlens_values,
+    )
+    chunk = check_chunk_size(chunk_size)
+    if args.packed and args.N == 0 and args.T != 0:
+        raise ValueError(f"cu_seqlens holds no sequence but the inputs have seq_len {args.T}")
+    return _make_plans(
+        args,
+        kernel_chunk(chunk, args.dtype),
+        g.dtype if g is not None else None,
+        g_gamma.dtype if g_gamma is not None else None,
+        initial_state.dtype if initial_state is not None else None,
+        cu_seqlens.dtype if cu_seqlens is not None else None,
+    )
+
+
+def _renamed(
+    plan: LaunchPlan, inputs: Mapping[str, str], outputs: tuple[str, ...] | None = None
+) -> LaunchPlan:
+    """A foundation plan with its inputs (and outputs) renamed for this op."""
+    params = tuple(In(inputs.get(p.name, p.name)) if isinstance(p, In) else p for p in plan.params)
+    return dataclasses.replace(plan, params=params, output_names=outputs or plan.output_names)
+
+
+def _info(shape, dtype) -> TensorInfo:
+    return TensorInfo(tuple(shape), dtype, contiguous_strides(shape))
+
+
+@functools.lru_cache(maxsize=256)
+def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> OpPlans:
+    B, T, HQ, H, K, V, N = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N
+    use_g, use_gamma, use_h0 = g_dtype is not None, gamma_dtype is not None, h0_dtype is not None
+    gated = use_g or use_gamma
+    NT = cdiv(T, BT)
+    # Chunk slots per batch row: packed input gets an upper bound known from
+    # shapes alone, so traced cu_seqlens work under jax.jit.
+    NS = NT + N if a.packed else NT
+    n_iter = max(N, 1).bit_length() + 1
+    empty = B * T == 0
+    ieee = a.dtype == "float32"
+    # Chunk states in float32, or in the half dtype the tensor cores
+    # multiply.  A per-token gate keeps them float32 in every dtype: its
+    # gradient sums q*dq - k*dk, terms that cancel, and half-precision
+    # states (and decay-weighted keys rounded to half before the state
+    # update) left bf16 d_g 1.4e-2 to 3.4e-2 off at K=128 (tested).
+    state_f32 = ieee or use_g
+    h_dtype = "float32" if state_f32 else a.dtype
+    h_shape = (B * NS, H, K, V)
+    # Packed input: rows that no sequence covers (only possible when traced
+    # cu_seqlens break the contract) are written by no program; zero-filled
+    # they give output 0 and gradient 0 (core_triton.common.sequences).
+    token_fill = 0.0 if a.packed else None
+    state_shape = (N, H, K, V)
+
+    def opt(name, present):
+        # Absent optional pointers: a dummy input plus a constexpr flag.
+        return In(name) if present else In("query")
+
+    cu = opt("cu_seqlens", a.packed)
+    co = opt("chunk_offsets", a.packed)
+    gc = opt("gc", use_g)
+    gamma = opt("g_gamma", use_gamma)
+    flags = dict(
+        BT=BT,
+        USE_G=use_g,
+        USE_GAMMA=use_gamma,
+        REVERSE=a.reverse,
+        IS_VARLEN=a.packed,
+        IEEE=ieee,
+        STATE_F32=state_f32,
+    )
+    offsets = [("chunk_offsets", BT)] if a.packed else []
+
+    interpreted = is_interpreted(chunk_state_kernel)
+
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
+        """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
+        to the grid (empty problems launch nothing)."""
+        t = _tiles(
+            name,
+            K,
+            V,
+            BT,
+            interpreted,
+            itemsize=4 if ieee else 2,
+            state_itemsize=4 if state_f32 else 2,
+            ieee=ieee,
+            group=HQ // H,
+        )
+        warps, stages = t.pop("num_warps"), t.pop("num_stages")
+        return LaunchPlan(
+            kernel=kernel,
+            grid=grid(t),
+            params=params,
+            outputs=outputs,
+            output_names=output_names,
+            constexprs={**constexprs, **t},
+            num_warps=warps,
+            num_stages=stages,
+        )
+
+    def state_grid(t):
+        return (cdiv(K, t["BK"]), cdiv(V, t["BV"]), N * H)
+
+    def slot_grid(heads):
+        return lambda t: (0, 0, 0) if empty else (cdiv(V, t["BV"]), NS, B * heads)
+
+    forward = []
+    if use_g:
+        cum = _cumsum_plan.make_plans(
+            _info((B, T, H), g_dtype),
+            _info((N + 1,), cu_dtype) if a.packed else None,
+            chunk=BT,
+            reverse=a.reverse,
+            scale=None,
+            head_first=False,
+            out_dtype="float32",
+        )
+        forward += [_renamed(p, {"x": "g"}, ("gc",)) for p in cum.forward]
+    forward.append(
+        tiled(
+            "chunk_state",
+            chunk_state_kernel,
+            state_grid,
+            params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT, NS),
+            outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, "float32")),
+            output_names=("h", "final"),
+            constexprs=dict(H=H, K=K, V=V, USE_H0=use_h0, **flags),
+        )
+    )
+    scalars = (a.scale, T, N, n_iter, NT, NS)
+    forward.append(
+        tiled(
+            "chunk_output",
+            chunk_output_kernel,
+            slot_grid(HQ),
+            params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
+            outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
+            output_names=("o",),
+            constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
+        )
+    )
+
+    backward = [
+        tiled(
+            "chunk_state_backward",
+            chunk_state_backward_kernel,
+            state_grid,
+            params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT, NS),
+            outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, h0_dtype or "float32")),
+            output_names=("dh", "dh0"),
+            constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
+        ),
+        tiled(
+            "chunk_dv",
+            chunk_backward_dv_kernel,
+            slot_grid(H),
+            params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
+            outputs=(OutputSpec((B, T, H, V), a.dtype, token_fill),),
+            output_names=("dv",),
+            constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
+        ),
+        tiled(
+            "chunk_dqk",
+            chunk_backward_dqk_kernel,
+            lambda t: (0, 0) if empty else (NS, B * H),
+            params=(
+                In("query"),
+                In("key"),
+                In("value"),
+                gc,
+                gamma,
+                In("h"),
+                In("do"),
+                In("dh"),
+                In("dht"),
+                In("final"),
+                cu,
+                co,
+                *scalars,
+            ),
+            outputs=(
+                OutputSpec((B, T, HQ, K), a.dtype, token_fill),
+                OutputSpec((B, T, H, K), a.dtype, token_fill),
+                # Without gates the kernel writes no w: a zero-filled stand-in.
+                OutputSpec((B, T, H), "float32") if gated else OutputSpec((1,), "float32", fill=0.0),
+            ),
+            output_names=("dq", "dk", "w"),
+            constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
+        ),
+    ]
+    grads = [("query", "dq"), ("key", "dk"), ("value", "dv")]
+    if gated:
+        # dg in g's dtype, unless dg_gamma is summed from it (float32 then).
+        dg_dtype = g_dtype if (use_g and not use_gamma) else "float32"
+        cum = _cumsum_plan.make_plans(
+            _info((B, T, H), "float32"),
+            _info((N + 1,), cu_dtype) if a.packed else None,
+            chunk=None,
+            reverse=not a.reverse,
+            scale=None,
+            head_first=False,
+            out_dtype=dg_dtype,
+        )
+        steps = list(cum.forward)
+        steps[-1] = dataclasses.replace(steps[-1], output_names=("dg",))
+        backward += [_renamed(p, {"x": "w", "chunk_offsets": "dg_chunk_offsets"}) for p in steps]
+        if a.packed:
+            offsets += [("dg_" + name, size) for name, size in cum.offsets]
+        if use_g:
+            grads.append(("g", "dg"))
+    if use_gamma:
+        backward += reductions.head_sum_plans("dg", B * T, H, gamma_dtype, "dg_gamma", interpreted)
+        grads.append(("g_gamma", "dg_gamma"))
+    if use_h0:
+        grads.append(("initial_state", "dh0"))
+    residuals = ("h", "final") + (("gc",) if use_g else ())
+    inputs = ("query", "key", "value") + tuple(
+        n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
+    )
+    return linear_attn_plans(
+        args=a,
+        forward=tuple(forward),
+        backward=tuple(backward),
+        inputs=inputs,
+        offsets=tuple(offsets),
+        residuals=residuals,
+        grads=tuple(grads),
+    )

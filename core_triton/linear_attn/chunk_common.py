@@ -1,0 +1,125 @@
+"""Device helpers shared by the chunk-parallel linear-attention kernels.
+
+Layouts (all contiguous, time-first, rows of the flattened ``[B*T]`` axis):
+``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc [B*T, H]``
+(float32 in-chunk cumsum of ``g``).  A token's row is ``b * T + t``
+(packed input: ``B == 1``), so every address is ``(row * heads + head) *
+dim + feature``, computed in int64.
+
+Chunks of ``BT`` tokens start at each sequence's first token.  Chunk states
+live in ``h [NS, H, K, V]``: one *slot* per chunk (batched input:
+``slot = b * NT + c`` with ``NS = B * NT``; packed input: ``slot =
+chunk_offsets[n] + c``, with ``NS = cdiv(T, BT) + N`` slots, an upper bound
+known from shapes alone).  Where a sequence and its chunks lie comes from
+core_triton.common.sequences, which clamps both into the tensors.
+
+Gate convention inside a chunk, for both directions: ``b[i]`` is the log
+decay from the chunk boundary where the state *enters* (the first token
+forward, the last token with ``REVERSE``) to token ``i`` inclusive, and
+``b_tot`` that of the whole chunk.  Then, with ``D[i, j] = exp(b[i] -
+b[j])`` where ``j`` is visited no later than ``i``,
+
+    S_i     = exp(b[i]) h_in + sum_j D[i, j] k_j v_j^T
+    h_out   = exp(b_tot) h_in + sum_j exp(b_tot - b[j]) k_j v_j^T
+
+Forward, ``b`` is the inclusive prefix cumsum of the gates inside the chunk
+and "visited no later" means ``j <= i``; reversed, ``b`` is the inclusive
+suffix cumsum and it means ``j >= i``.  The foundation's
+``chunk_local_cumsum`` (with the same ``reverse``) gives exactly these.
+"""
+
+import triton
+import triton.language as tl
+
+from core_triton.common.kernel_helpers import dot
+
+
+@triton.jit
+def state_dot(a, s, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
+    """``a @ s`` for a chunk-state tile ``s``: float32 operands when the
+    states are float32 (tf32 products on the tensor cores, full float32
+    with ``PRECISION`` "ieee"), else ``a``'s half dtype."""
+    if STATE_F32:
+        out = dot(a.to(tl.float32), s.to(tl.float32), PRECISION)
+    else:
+        out = dot(a, s.to(a.dtype), PRECISION)
+    return out
+
+
+@triton.jit
+def update_dot(a, b, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
+    """``a @ b`` where ``a`` (float32: decay-weighted keys or queries) builds
+    a state update: kept float32 when states are, else rounded to ``b``'s
+    half dtype like the tensor cores want."""
+    if STATE_F32:
+        out = dot(a, b.to(tl.float32), PRECISION)
+    else:
+        out = dot(a.to(b.dtype), b, PRECISION)
+    return out
+
+
+@triton.jit
+def chunk_gates(
+    gc,
+    g_gamma,
+    i_h,
+    o_t,
+    m_t,
+    ts,
+    te,
+    H: tl.constexpr,
+    BT: tl.constexpr,
+    USE_G: tl.constexpr,
+    USE_GAMMA: tl.constexpr,
+    REVERSE: tl.constexpr,
+):
+    """(b [BT], b_tot) of one chunk (see the module docstring), float32.
+    ``g_gamma``'s in-chunk cumsum is ``gamma * (i + 1)`` (reversed:
+    ``gamma * (L - i)``), computed here rather than read."""
+    p = tl.arange(0, BT)
+    L = (te - ts).to(tl.int32)
+    b = tl.zeros([BT], dtype=tl.float32)
+    if USE_G:
+        b += tl.load(gc + o_t * H + i_h, mask=m_t, other=0).to(tl.float32)
+    if USE_GAMMA:
+        gamma = tl.load(g_gamma + i_h).to(tl.float32)
+        if REVERSE:
+            b += gamma * (L - p).to(tl.float32)
+        else:
+            b += gamma * (p + 1).to(tl.float32)
+        # Past the chunk's end (a short last chunk) the reversed ramp turns
+        # positive and exp(b) could overflow; those rows are dropped anyway.
+        b = tl.where(m_t, b, 0.0)
+    # The whole chunk's decay: b at the token visited last.
+    if REVERSE:
+        last = 0
+    else:
+        last = L - 1
+    b_tot = tl.sum(tl.where(p == last, b, 0.0), axis=0)
+    return b, b_tot
+
+
+@triton.jit
+def intra_decay(b, m_t, BT: tl.constexpr, REVERSE: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """``D[i, j] = exp(b[i] - b[j])`` where token ``j`` is visited no later
+    than token ``i`` (and both are in the chunk), else 0; ``TRANSPOSED``
+    gives ``D^T`` (rows ``j``, columns ``i``), built directly rather than by
+    transposing (see the note on ``tl.trans`` in chunk_backward_dqk.py)."""
+    p = tl.arange(0, BT)
+    if TRANSPOSED:
+        i = p[None, :]
+        j = p[:, None]
+        diff = b[None, :] - b[:, None]
+    else:
+        i = p[:, None]
+        j = p[None, :]
+        diff = b[:, None] - b[None, :]
+    if REVERSE:
+        keep = j >= i
+    else:
+        keep = j <= i
+    keep = keep & m_t[:, None] & m_t[None, :]
+    # Mask before the exp: a dropped entry's difference can be large and
+    # positive, and exp() of it would overflow (inf, and a warning under the
+    # interpreter) before where() threw it away.  exp(-inf) is exactly 0.
+    return tl.exp(tl.where(keep, diff, float("-inf")))

@@ -1,0 +1,44 @@
+"""``lightning_attn``: linear attention with a per-head constant decay set by
+the layer's depth (lightning attention of TransNormer / MiniMax).
+
+``g_gamma[h] = -(8 / H) * (1 - layer_idx / num_layers) * h`` for the ``H``
+state heads: head 0 never decays, and deeper layers decay less.  The op is
+``chunk_linear_attn`` (``mode="chunk"``) or ``recurrent``
+(``mode="recurrent"``) with that ``g_gamma``; the decay is a constant, so it
+gets no gradient.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from core_triton.common import checks
+from core_triton.common.launch import TensorInfo
+
+MODES = ("chunk", "recurrent")
+
+
+def _int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def decay(key: TensorInfo, layer_idx, num_layers, mode) -> tuple[np.ndarray, str]:
+    """Check the lightning-specific arguments; returns ``(g_gamma, mode)``
+    with ``g_gamma`` ``[H]`` float32 for key ``[B, T, H, K]``."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    layer_idx = _int(layer_idx, "layer_idx")
+    num_layers = _int(num_layers, "num_layers")
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    if not 0 <= layer_idx < num_layers:
+        raise ValueError(f"layer_idx must be in [0, num_layers) = [0, {num_layers}), got {layer_idx}")
+    checks.check_rank(key, "key", (4,), "4-D [batch, seq_len, heads, head_dim]")
+    H = key.shape[2]
+    heads = np.arange(H, dtype=np.float64)
+    g_gamma = -(8.0 / max(H, 1)) * (1.0 - layer_idx / num_layers) * heads
+    return g_gamma.astype(np.float32), mode
