@@ -8,7 +8,7 @@ import numpy as np
 
 from core_triton import run_named
 from jax_api._launch import info, launch
-from jax_api.utils import prepare_chunk_offsets
+from jax_api.utils import clamped_chunk_offsets
 
 
 def apply(plans, cu_seqlens, operands: dict):
@@ -21,7 +21,7 @@ def apply(plans, cu_seqlens, operands: dict):
     if cu_seqlens is not None:
         index["cu_seqlens"] = cu_seqlens
         for name, size in plans.offsets:
-            index[name] = prepare_chunk_offsets(cu_seqlens, size)
+            index[name] = clamped_chunk_offsets(cu_seqlens, plans.seq_len, size)
 
     def forward(operands, index):
         env = run_named(plans.forward, {**operands, **index}, launch)

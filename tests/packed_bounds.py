@@ -30,6 +30,9 @@ CASES = {
     "last_short": ([0, 5, 23], (0, 23, [0, 5, 23])),
     "first_not_zero": ([7, 12, 12, 40], (7, 40, [0, 5, 5, 33])),
     "negative_and_huge": ([-50, 9, 2**30, 2**31 - 1], (0, 40, [0, 9, 40, 40])),
+    # A very negative first start once took the next sequence's chunk slots.
+    "very_negative_start": ([-100, 9, 40], (0, 40, [0, 9, 40])),
+    "far_negative_empty": ([-2000, 0, 40], (0, 40, [0, 0, 40])),
     "decreasing": ([0, 30, 4, 17, 40], None),
     "all_wild": ([2**31 - 1, -(2**31), 35, -3, 2**30], None),
 }

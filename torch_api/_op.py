@@ -7,7 +7,7 @@ import torch
 
 from core_triton import run_named
 from torch_api._launch import info, launch
-from torch_api.utils import prepare_chunk_offsets
+from torch_api.utils import clamped_chunk_offsets
 
 
 class _Op(torch.autograd.Function):
@@ -45,7 +45,7 @@ def apply(plans, cu_seqlens: torch.Tensor | None, operands: dict):
     if cu_seqlens is not None:
         index["cu_seqlens"] = cu_seqlens
         for name, size in plans.offsets:
-            index[name] = prepare_chunk_offsets(cu_seqlens, size)
+            index[name] = clamped_chunk_offsets(cu_seqlens, plans.seq_len, size)
     tensors = [operands.get(n) for n in plans.inputs]
     if plans.contiguous:
         tensors = [None if t is None else t.contiguous() for t in tensors]

@@ -21,8 +21,12 @@ class OpPlans:
 
     Forward: ``forward`` runs on the arrays named in ``inputs`` (those
     given) and the index inputs: ``cu_seqlens`` (packed input) and, for
-    each ``(name, size)`` of ``offsets``, ``prepare_chunk_offsets(cu_seqlens,
-    size)`` under ``name``.  The op returns the arrays named in ``outputs``
+    each ``(name, size)`` of ``offsets``, the cumulative chunk counts of
+    chunks of ``size`` under ``name``: ``prepare_chunk_offsets(cu_seqlens,
+    size)``, but of the sequences as the kernels clamp them into the
+    ``seq_len`` tokens (core_triton.common.sequences), so that an entry
+    that breaks the contract takes no chunk slot from the sequences after
+    it.  The op returns the arrays named in ``outputs``
     (one array when there is one name).
 
     Backward: ``backward`` (a tuple of launches, or a function of the
@@ -46,6 +50,7 @@ class OpPlans:
     saved: tuple[str, ...] = ()
     residuals: tuple[str, ...] = ()
     offsets: tuple[tuple[str, int], ...] = ()
+    seq_len: int = 0
     contiguous: bool = True
     args: Any = None
 

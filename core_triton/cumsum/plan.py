@@ -48,6 +48,7 @@ def make_plans(x, cu_seqlens, *, chunk, reverse, scale, head_first, out_dtype) -
         cotangents=("x",),
         grads=(("x", "out"),),
         offsets=(("chunk_offsets", chunk),) if cu_seqlens is not None else (),
+        seq_len=_layout(x, head_first)[0][1],
         contiguous=False,
     )
 
@@ -170,7 +171,12 @@ def plan(
     order = (0, 2, 1, 3) if head_first else (0, 1, 2, 3)  # to (b, t, h, s)
     free = [free_x[i] for i in order] + [free_o[i] for i in order]
     actual = (sb, st, sh, ss, ob, ot, oh, os_)
-    unit = sum(1 << k for k, (f, a) in enumerate(zip(free, actual, strict=True)) if f == a == 1)
+    # A stride that grows with the length (batch; heads of a head-first
+    # layout) is 1 only at length 1: no unit fact for it.
+    grows = (True, False, head_first, False) * 2
+    unit = sum(
+        1 << k for k, (f, a, g) in enumerate(zip(free, actual, grows, strict=True)) if f == a == 1 and not g
+    )
 
     def launch(pass_, inputs_totals, output):
         return LaunchPlan(
@@ -208,6 +214,7 @@ def plan(
                 DIV16=_divisible_by_16_mask((*free, F)),
                 UNIT=unit,
                 PASS=pass_,
+                BJ=16,
             ),
             num_warps=4,
             num_stages=2,

@@ -59,6 +59,7 @@ def segment_cumsum_kernel(
     DIV16: tl.constexpr,
     UNIT: tl.constexpr,
     PASS: tl.constexpr,
+    BJ: tl.constexpr,
 ):
     # Bit k of DIV16 (UNIT): the k-th of (xb, xt, xh, xs, ob, ot, oh, os) is
     # a multiple of 16 (equal to 1) whatever the length.  The layout Triton
@@ -111,9 +112,13 @@ def segment_cumsum_kernel(
             j_lo, j_hi = i_w.to(tl.int64) + 1, last
         else:
             j_lo, j_hi = first, tl.minimum(i_w.to(tl.int64), last)
-        for j in range(j_lo, j_hi):
-            row = (i_b + j * n_rows) * F  # i_b is int64, so is row
-            carry += tl.load(totals + row + o_f, mask=m_f, other=0)
+        # BJ chunk totals a load: a sequence of thousands of chunks costs
+        # thousands / BJ steps, not one step a chunk.
+        for j0 in range(j_lo, j_hi, BJ):
+            o_j = j0 + tl.arange(0, BJ).to(tl.int64)
+            rows = (i_b + o_j * n_rows) * F  # i_b is int64, so are the rows
+            m_j = (o_j < j_hi)[:, None] & m_f[None, :]
+            carry += tl.sum(tl.load(totals + rows[:, None] + o_f[None, :], mask=m_j, other=0), axis=0)
     n_blocks = tl.cdiv(tl.maximum(we - ws, 0), BT).to(tl.int32)
     for i in range(0, n_blocks):
         if REVERSE:

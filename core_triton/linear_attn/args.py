@@ -65,6 +65,7 @@ def linear_attn_plans(
         saved=tuple(inputs),
         residuals=tuple(residuals),
         offsets=tuple(offsets),
+        seq_len=args.T,
         contiguous=True,
         args=args,
     )

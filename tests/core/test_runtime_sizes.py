@@ -32,9 +32,11 @@ from core_triton.cumsum import chunk_local as chunk_local_cumsum
 from core_triton.linear_attn import chunk as chunk_linear_attn
 from core_triton.linear_attn import recurrent
 
-# (seq_len, number of packed sequences), none of them 1 (jax-triton makes
-# an int equal to 1 a constant) and with every divisibility by 16 mixed.
-SIZES = [(100, 3), (4096, 64), (6001, 2000)]
+# (seq_len, number of packed sequences) with every divisibility by 16 mixed,
+# and a length of 1 (no stride fact may hold at length 1 only).  No count of
+# sequences is 1: jax-triton makes an int equal to 1 a constant (a JAX-only
+# second variant for a call with one packed sequence).
+SIZES = [(100, 3), (4096, 64), (6001, 2000), (1, 2)]
 H, K, V = 4, 64, 48
 
 
@@ -87,15 +89,27 @@ def _launches(op: str, T: int, N: int, packed: bool) -> list[LaunchPlan]:
         bias = _info((1, 2 * H, T, T + 7))
         p, _ = flash_attention.plans(q, kv, kv, bias=bias, causal=causal, softmax_aux=_info((2 * H,)))
         return [p.forward, p.preprocess(q, q), *p.grads(q), p.dbias(q)]
-    x = _info((B, T, H, 32), "float32")
-    if op == "local_cumsum":
-        p = chunk_local_cumsum.plans(x, 64, cu_seqlens=cu)
+    head_first = op.endswith("_head_first")
+    # Scalar gates too: their per-token size of 1 makes the batch (and a
+    # head-first layout's head) stride 1 at length 1 only.
+    x = _info((B, H, T, 32) if head_first else (B, T, 1), "float32")
+    if op.startswith("local_cumsum"):
+        p = chunk_local_cumsum.plans(x, 64, cu_seqlens=cu, head_first=head_first)
     else:
-        p = chunk_global_cumsum.plans(x, reverse=True, cu_seqlens=cu)
+        p = chunk_global_cumsum.plans(x, reverse=True, cu_seqlens=cu, head_first=head_first)
     return [*p.forward, *p.backward(x)]
 
 
-OPS = ["recurrent", "recurrent_g_gamma", "chunk", "chunk_reverse", "local_cumsum", "global_cumsum"]
+OPS = [
+    "recurrent",
+    "recurrent_g_gamma",
+    "chunk",
+    "chunk_reverse",
+    "local_cumsum",
+    "global_cumsum",
+    "local_cumsum_head_first",
+    "global_cumsum_head_first",
+]
 
 
 @pytest.mark.parametrize("packed", [True, False], ids=["packed", "batched"])

@@ -14,14 +14,15 @@ from core_triton.common import reductions
 from core_triton.common.runtime import interpreter_requested
 from core_triton.cumsum import scan_kernel as segment_cumsum
 from core_triton.linear_attn import chunk_bwd_dqk as chunk_backward_dqk
+from core_triton.linear_attn import chunk_bwd_dv, chunk_bwd_state, recurrent_bwd, recurrent_fwd
 from core_triton.linear_attn import chunk_fwd_output as chunk_output
 from core_triton.linear_attn import chunk_fwd_state as chunk_state
-from core_triton.linear_attn import recurrent_bwd, recurrent_fwd
 
 KERNELS = {
     "recurrent": [recurrent_fwd.recurrent_fwd_kernel, recurrent_bwd.recurrent_bwd_kernel,
                   reductions.reduce_partials_kernel, reductions.head_sum_kernel],
     "chunk": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
+              chunk_bwd_state.chunk_state_backward_kernel, chunk_bwd_dv.chunk_backward_dv_kernel,
               chunk_backward_dqk.chunk_backward_dqk_kernel, segment_cumsum.segment_cumsum_kernel,
               reductions.head_sum_kernel],
     "global_cumsum": [segment_cumsum.segment_cumsum_kernel],
