@@ -142,6 +142,9 @@ WORST = [
     (256, 256, 256, "bfloat16", "none", 1),
     (256, 256, 256, "bfloat16", "g", 0),
     (128, 128, 64, "bfloat16", "g", 0),
+    # Grouped queries (HQ = 4 H): the state backward unrolls its query heads.
+    (256, 256, 128, "bfloat16", "g,gamma", 0, 4),
+    (128, 128, 64, "bfloat16", "g", 1, 4),
 ]
 
 
@@ -217,10 +220,11 @@ def _skip_cubin():
 
 
 def main(argv):
-    K, V, BT, dtype, gates, reverse = argv
+    K, V, BT, dtype, gates, reverse, *group = argv
     _skip_cubin()
     K, V, BT = int(K), int(V), int(BT)
-    for name, plan in chunk_plans(K, V, BT, dtype, gates.split(","), reverse=reverse == "1"):
+    group = int(group[0]) if group else 1
+    for name, plan in chunk_plans(K, V, BT, dtype, gates.split(","), reverse=reverse == "1", group=group):
         plan = compiled_plan(name, plan, K, V)
         shared = compile_shared(plan, dtype)
         c = plan.constexprs
