@@ -7,8 +7,8 @@ import jax
 import numpy as np
 
 from core_triton import run_named
+from core_triton.common.sequences import chunk_offsets_plan
 from jax_api._launch import info, launch
-from jax_api.utils import clamped_chunk_offsets
 
 
 def apply(plans, cu_seqlens, operands: dict):
@@ -20,8 +20,10 @@ def apply(plans, cu_seqlens, operands: dict):
     index = {}
     if cu_seqlens is not None:
         index["cu_seqlens"] = cu_seqlens
+        n_seq = cu_seqlens.shape[0] - 1
         for name, size in plans.offsets:
-            index[name] = clamped_chunk_offsets(cu_seqlens, plans.seq_len, size)
+            step = chunk_offsets_plan(n_seq, plans.seq_len, size, name)
+            index[name] = launch(step, {"cu_seqlens": cu_seqlens})[0]
 
     def forward(operands, index):
         env = run_named(plans.forward, {**operands, **index}, launch)

@@ -54,18 +54,6 @@ def prepare_chunk_offsets(cu_seqlens: jax.Array, chunk_size: int) -> jax.Array:
     return jnp.pad(jnp.cumsum(n_chunks), (1, 0)).astype(jnp.int32)
 
 
-def clamped_chunk_offsets(cu_seqlens: jax.Array, seq_len: int, chunk_size: int) -> jax.Array:
-    """``prepare_chunk_offsets`` of the sequences as the kernels see them:
-    starts clamped into ``[0, seq_len]``, ends into ``[start, seq_len]``
-    (core_triton.common.sequences).  The same for valid ``cu_seqlens``; for
-    traced values that break the contract a bad entry takes no chunk slot
-    from the sequences after it."""
-    cu = cu_seqlens.astype(jnp.int32)
-    start = jnp.clip(cu[:-1], 0, seq_len)
-    end = jnp.minimum(jnp.maximum(cu[1:], start), seq_len)
-    return jnp.pad(jnp.cumsum((end - start + chunk_size - 1) // chunk_size), (1, 0)).astype(jnp.int32)
-
-
 def _ids_over(offsets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """For every slot ``0..offsets[-1]-1``: the segment that owns it and its
     index inside that segment (segments given by cumulative ``offsets``)."""

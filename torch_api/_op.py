@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from core_triton import run_named
+from core_triton.common.sequences import chunk_offsets_plan
 from torch_api._launch import info, launch
-from torch_api.utils import clamped_chunk_offsets
 
 
 class _Op(torch.autograd.Function):
@@ -44,8 +44,10 @@ def apply(plans, cu_seqlens: torch.Tensor | None, operands: dict):
     index = {}
     if cu_seqlens is not None:
         index["cu_seqlens"] = cu_seqlens
+        n_seq = cu_seqlens.shape[0] - 1
         for name, size in plans.offsets:
-            index[name] = clamped_chunk_offsets(cu_seqlens, plans.seq_len, size)
+            step = chunk_offsets_plan(n_seq, plans.seq_len, size, name)
+            index[name] = launch(step, {"cu_seqlens": cu_seqlens})[0]
     tensors = [operands.get(n) for n in plans.inputs]
     if plans.contiguous:
         tensors = [None if t is None else t.contiguous() for t in tensors]

@@ -59,21 +59,6 @@ def prepare_chunk_offsets(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Te
     return out
 
 
-def clamped_chunk_offsets(cu_seqlens: torch.Tensor, seq_len: int, chunk_size: int) -> torch.Tensor:
-    """``prepare_chunk_offsets`` of the sequences as the kernels see them:
-    starts clamped into ``[0, seq_len]``, ends into ``[start, seq_len]``
-    (core_triton.common.sequences).  The same for valid ``cu_seqlens``; for
-    values that break the contract (unchecked, or captured in a graph) a
-    bad entry takes no chunk slot from the sequences after it.  No host
-    synchronisation."""
-    cu = cu_seqlens.to(torch.int64)
-    start = cu[:-1].clamp(0, seq_len)
-    end = torch.maximum(cu[1:], start).clamp(max=seq_len)
-    out = torch.zeros(cu.numel(), dtype=torch.int32, device=cu.device)
-    out[1:] = ((end - start + chunk_size - 1) // chunk_size).cumsum(0)
-    return out
-
-
 def _ids_over(offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """For every slot ``0..offsets[-1]-1``: the segment that owns it and its
     index inside that segment (segments given by cumulative ``offsets``)."""

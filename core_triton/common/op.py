@@ -24,10 +24,11 @@ class OpPlans:
     each ``(name, size)`` of ``offsets``, the cumulative chunk counts of
     chunks of ``size`` under ``name``: ``prepare_chunk_offsets(cu_seqlens,
     size)``, but of the sequences as the kernels clamp them into the
-    ``seq_len`` tokens (core_triton.common.sequences), so that an entry
-    that breaks the contract takes no chunk slot from the sequences after
-    it.  The op returns the arrays named in ``outputs``
-    (one array when there is one name).
+    ``seq_len`` tokens, so that an entry that breaks the contract takes no
+    chunk slot from the sequences after it (one launch of
+    ``core_triton.common.sequences.chunk_offsets_plan``, in both
+    bindings).  The op returns the arrays named in ``outputs`` (one array
+    when there is one name).
 
     Backward: ``backward`` (a tuple of launches, or a function of the
     cotangents' TensorInfos that returns one) runs on the inputs named in

@@ -23,8 +23,13 @@ access stays in bounds.
 B`` sequences of ``T`` rows each on the flattened ``B*T`` axis.
 """
 
+import functools
+
 import triton
 import triton.language as tl
+
+from core_triton.common.launch import In, LaunchPlan, OutputSpec
+from core_triton.common.runtime import jit
 
 
 @triton.jit
@@ -103,3 +108,40 @@ def chunk_of_slot(
         te = tl.minimum(ts + BT, eos)
         slot = i_b.to(tl.int64) * NT + i_s
     return i_n, bos, eos, ts, te, slot
+
+
+@jit(sizes=("N", "T"))
+def chunk_offsets_kernel(cu_seqlens, N, T, out, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    """``out [N+1]`` int32: cumulative counts of ``CHUNK``-token chunks of
+    the sequences as :func:`sequence_bounds` clamps them, so that an entry
+    that breaks the contract takes no chunk slot from the sequences after
+    it (for valid ``cu_seqlens``: ``prepare_chunk_offsets``).  One program,
+    ``BLOCK`` sequences a step."""
+    carry = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), axis=0)
+    tl.store(out, carry)
+    for b0 in range(0, N, BLOCK):
+        i = b0 + tl.arange(0, BLOCK)
+        m = i < N
+        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
+        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), T)
+        eos = tl.minimum(tl.maximum(eos, bos), T)
+        n = tl.where(m, (eos - bos + CHUNK - 1) // CHUNK, 0).to(tl.int32)
+        tl.store(out + 1 + i, tl.cumsum(n, axis=0) + carry, mask=m)
+        carry += tl.sum(n, axis=0)
+
+
+@functools.lru_cache(maxsize=256)
+def chunk_offsets_plan(n_seq: int, seq_len: int, chunk: int, output_name: str) -> LaunchPlan:
+    """The launch that turns input ``cu_seqlens [n_seq+1]`` into the chunk
+    offsets the chunk kernels read (:func:`chunk_offsets_kernel`)."""
+    return LaunchPlan(
+        kernel=chunk_offsets_kernel,
+        grid=(1,),
+        params=(In("cu_seqlens"), n_seq, seq_len),
+        outputs=(OutputSpec((n_seq + 1,), "int32"),),
+        output_names=(output_name,),
+        constexprs=dict(CHUNK=chunk, BLOCK=1024),
+        num_warps=4,
+        num_stages=1,
+    )
