@@ -22,9 +22,15 @@ def main(argv):
 
     if not torch.cuda.is_available():
         sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
-    from bench import attention, cumsum, linear_attention
+    from bench import attention, cumsum, first_call, latency, linear_attention
 
-    modules = {"cumsum": cumsum, "linear_attention": linear_attention, "attention": attention}
+    modules = {
+        "cumsum": cumsum,
+        "linear_attention": linear_attention,
+        "attention": attention,
+        "latency": latency,
+        "first_call": first_call,
+    }
     names = argv or list(modules)
     try:
         from tqdm import tqdm

@@ -10,6 +10,7 @@ from jax_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restor
 from jax_api.ring_attention import ring_attention_mesh as ring_attention_mesh  # JAX only: not in __all__
 from jax_api.utils import (
     cdiv,
+    check_cu_seqlens,
     identity_dtype_convert,
     prepare_chunk_indices,
     prepare_chunk_offsets,
@@ -23,6 +24,7 @@ from jax_api.utils import (
 
 __all__ = [
     "cdiv",
+    "check_cu_seqlens",
     "chunk_global_cumsum",
     "chunk_linear_attn",
     "chunk_local_cumsum",

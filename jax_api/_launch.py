@@ -44,13 +44,6 @@ def dtype_arg(dtype):
         return dtype
 
 
-def host_values(x):
-    """Host copy of an index array when its values are known at trace time."""
-    if x is None or isinstance(x, jax.core.Tracer):
-        return None
-    return np.asarray(x)
-
-
 def _unique_inputs(plan: LaunchPlan) -> list[str]:
     return list(dict.fromkeys(plan.input_names()))
 

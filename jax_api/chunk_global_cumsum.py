@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 from core_triton.cumsum import chunk_global as core
-from jax_api._launch import dtype_arg, host_values, info
+from jax_api._launch import dtype_arg, info
 from jax_api._op import apply
 
 
@@ -29,6 +29,5 @@ def chunk_global_cumsum(
         softmax_scale,
         head_first,
         dtype_arg(output_dtype),
-        host_values(cu_seqlens),
     )
     return apply(plans, cu_seqlens, {"x": s})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 from core_triton.linear_attn import chunk as core
-from jax_api._launch import host_values, info
+from jax_api._launch import info
 from jax_api._op import apply
 
 
@@ -41,6 +41,5 @@ def chunk_linear_attn(
         reverse,
         info(cu_seqlens, "cu_seqlens"),
         chunk_size,
-        host_values(cu_seqlens),
     )
     return apply(plans, cu_seqlens, operands)

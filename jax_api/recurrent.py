@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 
 from core_triton.linear_attn import recurrent as core
-from jax_api._launch import host_values, info
+from jax_api._launch import info
 from jax_api._op import apply
 
 
@@ -38,6 +38,5 @@ def recurrent(
         info(initial_state, "initial_state"),
         reverse,
         info(cu_seqlens, "cu_seqlens"),
-        host_values(cu_seqlens),
     )
     return apply(plans, cu_seqlens, operands)

@@ -18,6 +18,21 @@ from core_triton.common.utils import cdiv as _cdiv
 from jax_api._launch import info
 
 
+def check_cu_seqlens(cu_seqlens: jax.Array, seq_len: int) -> None:
+    """Raise ``ValueError`` unless ``cu_seqlens`` (int32/int64 ``[N+1]``) starts
+    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length).
+
+    The ops never read ``cu_seqlens`` on the host (it may be traced, and a
+    copy would wait for the device): out-of-contract values are clamped by
+    the kernels, which stay inside their arrays and give 0 to tokens of no
+    sequence.  Call this, outside ``jax.jit``, where you want the error
+    instead.  It copies ``cu_seqlens`` to the host."""
+    _check_cu(cu_seqlens)
+    if isinstance(cu_seqlens, jax.core.Tracer):
+        raise TypeError("check_cu_seqlens needs concrete cu_seqlens (call it outside jax.jit)")
+    checks.check_cu_seqlens_values(np.asarray(cu_seqlens), int(seq_len))
+
+
 def cdiv(a, b):
     """Ceiling division of ints or integer arrays."""
     return _cdiv(a, b)

@@ -1,12 +1,11 @@
 """One op on ``cu_seqlens`` values that break the contract, run in a child
 process (``python -m tests.packed_bounds FRAMEWORK OP CASE``).
 
-Such values reach the kernels unchecked when they are traced (JAX under
-``jit``) or when the eager check is skipped (PyTorch here: the ops' host
-check is switched off, so the kernels see the values as a compiled graph
-would).  An access outside a tensor can corrupt the heap and still let the
-process finish, so each case runs in its own process (tests/suites/
-packed_bounds.py starts them); a crash or a failed check exits non-zero.
+Such values reach the kernels unchecked: the ops never read them on the
+host (``check_cu_seqlens`` checks them on request).  An access outside a
+tensor can corrupt the heap and still let the process finish, so each case
+runs in its own process (tests/suites/packed_bounds.py starts them); a
+crash or a failed check exits non-zero.
 
 What must hold (core_triton.common.sequences): every output and gradient is
 finite; tokens that no clamped sequence covers get output 0 and gradient 0;
@@ -99,15 +98,11 @@ def _run_jax(op, x, cu, cots):
 
 
 def _run_torch(op, x, cu, cots):
-    """Outputs and gradients as numpy, the ops' host check of the values off."""
-    import importlib
-
+    """Outputs and gradients as numpy (the ops never check the values)."""
     import torch
 
     import torch_api
 
-    for name in ("recurrent", "chunk_linear_attn", "chunk_local_cumsum", "chunk_global_cumsum"):
-        importlib.import_module(f"torch_api.{name}").host_values = lambda values: None
     device = "cuda" if torch.cuda.is_available() else "cpu"
     leaves = {
         n: torch.tensor(a, dtype=torch.float32, device=device, requires_grad=True) for n, a in x.items()

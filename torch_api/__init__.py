@@ -9,6 +9,7 @@ from torch_api.recurrent import recurrent
 from torch_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
 from torch_api.utils import (
     cdiv,
+    check_cu_seqlens,
     identity_dtype_convert,
     prepare_chunk_indices,
     prepare_chunk_offsets,
@@ -22,6 +23,7 @@ from torch_api.utils import (
 
 __all__ = [
     "cdiv",
+    "check_cu_seqlens",
     "chunk_global_cumsum",
     "chunk_linear_attn",
     "chunk_local_cumsum",

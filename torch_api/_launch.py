@@ -34,11 +34,6 @@ def info(t: torch.Tensor | None, name: str = "argument") -> TensorInfo | None:
     return TensorInfo(tuple(t.shape), str(t.dtype).split(".")[-1], tuple(t.stride()), str(t.device))
 
 
-def host_values(cu_seqlens: torch.Tensor | None):
-    """cu_seqlens on the host, for the value checks (one small copy)."""
-    return None if cu_seqlens is None else cu_seqlens.detach().cpu().numpy()
-
-
 @functools.lru_cache(maxsize=256)
 def device_constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A small constant (piece offsets, lightning decays) on ``device``, made

@@ -1,12 +1,42 @@
-"""``chunk_global_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_global)."""
+"""``chunk_global_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_global);
+the op ``twinkernels::chunk_global_cumsum``."""
 
 from __future__ import annotations
 
 import torch
 
 from core_triton.cumsum import chunk_global as core
-from torch_api._launch import dtype_arg, host_values, info
-from torch_api._op import apply
+from torch_api._launch import dtype_arg
+from torch_api._library import Param
+from torch_api._op import define
+
+
+def _make(a, info):
+    plans = core.plans(
+        info(a["s"]),
+        a["reverse"],
+        info(a["cu_seqlens"]),
+        a["softmax_scale"],
+        a["head_first"],
+        dtype_arg(a["output_dtype"]),
+    )
+    return plans, {"x": a["s"]}
+
+
+_OP = define(
+    "chunk_global_cumsum",
+    (
+        Param("s", "Tensor"),
+        Param("reverse", "bool"),
+        Param("cu_seqlens", "Tensor?"),
+        Param("softmax_scale", "float?"),
+        Param("head_first", "bool"),
+        Param("output_dtype", "ScalarType?"),
+    ),
+    1,
+    _make,
+    {"s": "x"},
+)
 
 
 def chunk_global_cumsum(
@@ -22,13 +52,4 @@ def chunk_global_cumsum(
     s: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
     Returns the same shape in ``output_dtype`` (default: s's dtype).
     """
-    plans = core.plans(
-        info(s, "s"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-        softmax_scale,
-        head_first,
-        dtype_arg(output_dtype),
-        host_values(cu_seqlens),
-    )
-    return apply(plans, cu_seqlens, {"x": s})
+    return _OP(s, reverse, cu_seqlens, softmax_scale, head_first, output_dtype)[0]

@@ -1,12 +1,47 @@
-"""``chunk_linear_attn`` for PyTorch (semantics: core_triton.linear_attn.chunk)."""
+"""``chunk_linear_attn`` for PyTorch (semantics: core_triton.linear_attn.chunk);
+the op ``twinkernels::chunk_linear_attn``."""
 
 from __future__ import annotations
 
 import torch
 
 from core_triton.linear_attn import chunk as core
-from torch_api._launch import host_values, info
-from torch_api._op import apply
+from torch_api._library import Param
+from torch_api._op import define
+
+_FLOATS = ("query", "key", "value", "g", "g_gamma", "initial_state")
+
+
+def _make(a, info):
+    plans = core.plans(
+        *(info(a[n]) for n in ("query", "key", "value", "g", "g_gamma")),
+        a["softmax_scale"],
+        info(a["initial_state"]),
+        a["reverse"],
+        info(a["cu_seqlens"]),
+        a["chunk_size"],
+    )
+    return plans, {n: a[n] for n in _FLOATS}
+
+
+_OP = define(
+    "chunk_linear_attn",
+    (
+        Param("query", "Tensor"),
+        Param("key", "Tensor"),
+        Param("value", "Tensor"),
+        Param("g", "Tensor?"),
+        Param("g_gamma", "Tensor?"),
+        Param("softmax_scale", "float?"),
+        Param("initial_state", "Tensor?"),
+        Param("reverse", "bool"),
+        Param("cu_seqlens", "Tensor?"),
+        Param("chunk_size", "int"),
+    ),
+    2,
+    _make,
+    {n: n for n in _FLOATS},
+)
 
 
 def chunk_linear_attn(
@@ -29,18 +64,4 @@ def chunk_linear_attn(
     K, V] float32)``; differentiable in every float input.  Non-contiguous
     inputs are copied to contiguous ones.
     """
-    operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
-    plans = core.plans(
-        info(query, "query"),
-        info(key, "key"),
-        info(value, "value"),
-        info(g, "g"),
-        info(g_gamma, "g_gamma"),
-        softmax_scale,
-        info(initial_state, "initial_state"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-        chunk_size,
-        host_values(cu_seqlens),
-    )
-    return apply(plans, cu_seqlens, operands)
+    return _OP(query, key, value, g, g_gamma, softmax_scale, initial_state, reverse, cu_seqlens, chunk_size)

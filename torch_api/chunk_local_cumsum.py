@@ -1,12 +1,44 @@
-"""``chunk_local_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_local)."""
+"""``chunk_local_cumsum`` for PyTorch (semantics: core_triton.cumsum.chunk_local);
+the op ``twinkernels::chunk_local_cumsum``."""
 
 from __future__ import annotations
 
 import torch
 
 from core_triton.cumsum import chunk_local as core
-from torch_api._launch import dtype_arg, host_values, info
-from torch_api._op import apply
+from torch_api._launch import dtype_arg
+from torch_api._library import Param
+from torch_api._op import define
+
+
+def _make(a, info):
+    plans = core.plans(
+        info(a["g"]),
+        a["chunk_size"],
+        a["reverse"],
+        a["softmax_scale"],
+        info(a["cu_seqlens"]),
+        a["head_first"],
+        dtype_arg(a["output_dtype"]),
+    )
+    return plans, {"x": a["g"]}
+
+
+_OP = define(
+    "chunk_local_cumsum",
+    (
+        Param("g", "Tensor"),
+        Param("chunk_size", "int"),
+        Param("reverse", "bool"),
+        Param("softmax_scale", "float?"),
+        Param("cu_seqlens", "Tensor?"),
+        Param("head_first", "bool"),
+        Param("output_dtype", "ScalarType?"),
+    ),
+    1,
+    _make,
+    {"g": "x"},
+)
 
 
 def chunk_local_cumsum(
@@ -24,14 +56,4 @@ def chunk_local_cumsum(
     g: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
     Returns the same shape in ``output_dtype`` (default: g's dtype).
     """
-    plans = core.plans(
-        info(g, "g"),
-        chunk_size,
-        reverse,
-        softmax_scale,
-        info(cu_seqlens, "cu_seqlens"),
-        head_first,
-        dtype_arg(output_dtype),
-        host_values(cu_seqlens),
-    )
-    return apply(plans, cu_seqlens, {"x": g})
+    return _OP(g, chunk_size, reverse, softmax_scale, cu_seqlens, head_first, output_dtype)[0]

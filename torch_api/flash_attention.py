@@ -1,10 +1,11 @@
-"""``flash_attention`` for PyTorch (semantics: core_triton.attention.flash).
+"""``flash_attention`` for PyTorch (semantics: core_triton.attention.flash);
+the op ``twinkernels::flash_attention``.
 
-One ``torch.autograd.Function`` over the forward launch; the backward runs
-the preprocess, dK/dV and dQ launches, and the bias-gradient launch only
-when ``ctx.needs_input_grad`` says the bias needs one (a bias with
-``requires_grad=False`` costs no gradient work and no buffer).
-Non-contiguous query/key/value/bias are read through their strides.
+The forward is one launch; the backward runs the preprocess, dK/dV and dQ
+launches, and the bias-gradient launch only when autograd says the bias
+needs one (a bias with ``requires_grad=False`` costs no gradient work and
+no buffer).  Non-contiguous query/key/value/bias are read through their
+strides.
 """
 
 from __future__ import annotations
@@ -13,57 +14,118 @@ import torch
 
 from core_triton.attention import flash as core
 from core_triton.attention import softmax_parts
+from core_triton.common.checks import check_bool
 from torch_api._launch import device_constant, info, launch
+from torch_api._library import Impl, Param, TorchOp, fake_info
+
+_PARAMS = (
+    Param("query", "Tensor"),
+    Param("key", "Tensor"),
+    Param("value", "Tensor"),
+    Param("q_segment_ids", "Tensor?"),
+    Param("kv_segment_ids", "Tensor?"),
+    Param("softmax_aux", "Tensor?"),
+    Param("bias", "Tensor?"),
+    Param("sliding_window", "int[]?"),
+    Param("causal", "bool"),
+    Param("logits_soft_cap", "float?"),
+    Param("softmax_scale", "float?"),
+    Param("q_positions", "Tensor?"),
+    Param("kv_positions", "Tensor?"),
+)
+_INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 
 
-class _Attention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, sink, bias, index, plans):
-        inputs = {"q": q, "k": k, "v": v, **index}
-        if sink is not None:
-            inputs["softmax_aux"] = sink
-        if bias is not None:
-            inputs["bias"] = bias
-        out, lse = launch(plans.forward, inputs)
-        # An unused lse (the usual case) then arrives as None, not as zeros
-        # that the backward would fill and subtract for nothing.
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(q, k, v, sink, bias, out, lse)
-        ctx.index = index
-        ctx.plans = plans
-        return out, lse
+def _plans(a, info_of):
+    plans, _ = core.plans(
+        *(info_of(a[n]) for n in ("query", "key", "value", "q_segment_ids", "kv_segment_ids")),
+        info_of(a["softmax_aux"]),
+        info_of(a["bias"]),
+        None if a["sliding_window"] is None else tuple(a["sliding_window"]),  # int[] arrives as a list
+        a["causal"],
+        a["logits_soft_cap"],
+        a["softmax_scale"],
+        info_of(a["q_positions"]),
+        info_of(a["kv_positions"]),
+    )
+    return plans
 
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, sink, bias, out, lse = ctx.saved_tensors
-        plans = ctx.plans
-        if dout is None:
-            dout = torch.zeros_like(out)
-        dout = dout.to(out.dtype)
-        (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
-        if dlse is not None:
-            delta = delta - dlse.float()
-        dkdv_plan, dq_plan = plans.grads(info(dout))
-        inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **ctx.index}
-        if bias is not None:
-            inputs["bias"] = bias
-        dk, dv = launch(dkdv_plan, inputs)
-        (dq,) = launch(dq_plan, inputs)
-        dsink = sink_grad(sink, lse, delta) if ctx.needs_input_grad[3] else None
-        # Bias shape and dtype, reduced over broadcast dims inside the launch.
-        db = launch(plans.dbias(info(dout)), inputs)[0] if ctx.needs_input_grad[4] else None
-        return dq, dk, dv, dsink, db, None, None
+
+def _prepare(a):
+    """Plans and launch inputs (index arrays and sinks read with unit stride)."""
+    a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
+    plans = _plans(a, info)
+    q = a["query"]
+    idx = index_inputs(plans, *(a[n] for n in _INDEX), (q.shape[1], a["key"].shape[1]), q.device)
+    inputs = {"q": q, "k": a["key"], "v": a["value"], **idx}
+    if a["softmax_aux"] is not None:
+        inputs["softmax_aux"] = a["softmax_aux"]
+    if a["bias"] is not None:
+        inputs["bias"] = a["bias"]
+    return plans, inputs
+
+
+def _forward(a):
+    plans, inputs = _prepare(a)
+    out, lse = launch(plans.forward, inputs)
+    return (out, lse), [], (plans, inputs)
+
+
+def _backward(a, outputs, extras, cotangents, needs, state):
+    plans, inputs = _prepare(a) if state is None else state
+    out, lse = outputs
+    dout, dlse = cotangents
+    dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)
+    (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
+    # An unused lse (the usual case) arrives as None: nothing to subtract.
+    if dlse is not None:
+        delta = delta - dlse.float()
+    dkdv_plan, dq_plan = plans.grads(info(dout))
+    inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
+    dk, dv = launch(dkdv_plan, inputs)
+    (dq,) = launch(dq_plan, inputs)
+    need = dict(zip((p.name for p in _PARAMS if p.is_tensor), needs, strict=True))
+    sink = a["softmax_aux"]
+    dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
+    # Bias shape and dtype, reduced over broadcast dims inside the launch;
+    # nothing is launched or allocated when the bias needs no gradient.
+    db = launch(plans.dbias(info(dout)), inputs)[0] if need["bias"] else None
+    grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
+    return tuple(grads.get(p.name) for p in _PARAMS if p.is_tensor)
+
+
+def _empty(spec, device):
+    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=device)
+
+
+def _fake_forward(a):
+    plans = _plans(a, fake_info)
+    device = a["query"].device
+    return tuple(_empty(spec, device) for spec in plans.forward.outputs), []
+
+
+def _fake_backward(a, outputs, extras, cotangents, needs):
+    _plans(a, fake_info)
+    need = dict(zip((p.name for p in _PARAMS if p.is_tensor), needs, strict=True))
+
+    def like(name):
+        t = a[name]
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+    grads = {n: like(n) for n in ("query", "key", "value")}
+    for n in ("softmax_aux", "bias"):
+        if need[n] and a[n] is not None:
+            grads[n] = like(n)
+    return tuple(grads.get(p.name) for p in _PARAMS if p.is_tensor)
+
+
+_OP = TorchOp("flash_attention", _PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
 
 
 def sink_grad(sink, lse, delta):
     """The sinks' gradient (core_triton.attention.softmax_parts)."""
     plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
     return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta.contiguous()})[0]
-
-
-def attention_call(plans, query, key, value, softmax_aux, bias, index):
-    """Run ``plans`` as a differentiable op; returns ``(out, lse)``."""
-    return _Attention.apply(query, key, value, softmax_aux, bias, index, plans)
 
 
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
@@ -107,37 +169,12 @@ def flash_attention(
 ):
     """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``,
     value ``[B, Tk, H, Dv]`` -> output ``[B, Tq, HQ, Dv]`` (and ``lse [B, HQ,
-    Tq]`` float32 with ``return_lse``).  See the spec for every option.
+    Tq]`` float32 with ``return_lse``).
     ``bias [B|1, HQ|1, Tq, Tk]``: its gradient has its shape and dtype, and
     is computed only when it requires one (``bias.requires_grad``)."""
-    # Index arrays and sinks are small: the kernels read them with unit stride.
-    q_segment_ids, kv_segment_ids = _contiguous(q_segment_ids), _contiguous(kv_segment_ids)
-    q_positions, kv_positions = _contiguous(q_positions), _contiguous(kv_positions)
-    softmax_aux = _contiguous(softmax_aux)
-    plans, return_lse = core.plans(
-        info(query),
-        info(key),
-        info(value),
-        info(q_segment_ids),
-        info(kv_segment_ids),
-        info(softmax_aux),
-        info(bias),
-        sliding_window,
-        causal,
-        logits_soft_cap,
-        softmax_scale,
-        info(q_positions),
-        info(kv_positions),
-        return_lse,
-    )
-    idx = index_inputs(
-        plans,
-        q_segment_ids,
-        kv_segment_ids,
-        q_positions,
-        kv_positions,
-        (query.shape[1], key.shape[1]),
-        query.device,
-    )
-    out, lse = attention_call(plans, query, key, value, softmax_aux, bias, idx)
+    return_lse = check_bool(return_lse, "return_lse")
+    out, lse = _OP(
+        query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, core.window_pair(sliding_window),
+        causal, logits_soft_cap, softmax_scale, q_positions, kv_positions,
+    )  # fmt: skip
     return (out, lse) if return_lse else out

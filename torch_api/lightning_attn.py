@@ -1,13 +1,61 @@
-"""``lightning_attn`` for PyTorch (semantics: core_triton.linear_attn.lightning)."""
+"""``lightning_attn`` for PyTorch (semantics: core_triton.linear_attn.lightning);
+the op ``twinkernels::lightning_attn``: ``chunk_linear_attn`` or
+``recurrent`` with the depth-dependent ``g_gamma``, a constant made once
+per (values, device)."""
 
 from __future__ import annotations
 
 import torch
 
-from core_triton.linear_attn import lightning as core
-from torch_api._launch import device_constant, info
-from torch_api.chunk_linear_attn import chunk_linear_attn
-from torch_api.recurrent import recurrent
+from core_triton import TensorInfo
+from core_triton.linear_attn import chunk, lightning, recurrent
+from torch_api._launch import device_constant
+from torch_api._library import Param, fake_info
+from torch_api._op import define
+
+_FLOATS = ("query", "key", "value", "initial_state")
+
+
+def _make(a, info):
+    key = info(a["key"])
+    g_gamma, mode = lightning.decay(key, a["layer_idx"], a["num_layers"], a["mode"])
+    gamma = TensorInfo(g_gamma.shape, "float32", (1,), key.device)
+    common = (info(a["query"]), key, info(a["value"]))
+    if mode == "chunk":
+        plans = chunk.plans(
+            *common, None, gamma, a["softmax_scale"], info(a["initial_state"]), a["reverse"],
+            info(a["cu_seqlens"]),
+        )  # fmt: skip
+    else:
+        plans = recurrent.plans(
+            *common, None, gamma, None, None, a["softmax_scale"], info(a["initial_state"]), a["reverse"],
+            info(a["cu_seqlens"]),
+        )  # fmt: skip
+    operands = {n: a[n] for n in _FLOATS}
+    # A fake call (torch.compile's tracing) needs shapes only: no constant.
+    if info is not fake_info:
+        operands["g_gamma"] = device_constant(tuple(g_gamma.tolist()), torch.float32, a["key"].device)
+    return plans, operands
+
+
+_OP = define(
+    "lightning_attn",
+    (
+        Param("query", "Tensor"),
+        Param("key", "Tensor"),
+        Param("value", "Tensor"),
+        Param("layer_idx", "int"),
+        Param("num_layers", "int"),
+        Param("softmax_scale", "float?"),
+        Param("initial_state", "Tensor?"),
+        Param("reverse", "bool"),
+        Param("cu_seqlens", "Tensor?"),
+        Param("mode", "str"),
+    ),
+    2,
+    _make,
+    {n: n for n in _FLOATS},
+)
 
 
 def lightning_attn(
@@ -28,15 +76,6 @@ def lightning_attn(
     initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
     final_state ``[N, H, K, V]`` float32.
     """
-    g_gamma, mode = core.decay(info(key, "key"), layer_idx, num_layers, mode)
-    op = chunk_linear_attn if mode == "chunk" else recurrent
-    return op(
-        query,
-        key,
-        value,
-        g_gamma=device_constant(tuple(g_gamma.tolist()), torch.float32, key.device),
-        softmax_scale=softmax_scale,
-        initial_state=initial_state,
-        reverse=reverse,
-        cu_seqlens=cu_seqlens,
+    return _OP(
+        query, key, value, layer_idx, num_layers, softmax_scale, initial_state, reverse, cu_seqlens, mode
     )

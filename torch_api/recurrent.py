@@ -1,12 +1,47 @@
-"""``recurrent`` for PyTorch (semantics: core_triton.linear_attn.recurrent)."""
+"""``recurrent`` for PyTorch (semantics: core_triton.linear_attn.recurrent);
+the op ``twinkernels::recurrent``."""
 
 from __future__ import annotations
 
 import torch
 
 from core_triton.linear_attn import recurrent as core
-from torch_api._launch import host_values, info
-from torch_api._op import apply
+from torch_api._library import Param
+from torch_api._op import define
+
+_FLOATS = ("query", "key", "value", "g", "g_gamma", "gk", "gv", "initial_state")
+
+
+def _make(a, info):
+    plans = core.plans(
+        *(info(a[n]) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
+        a["softmax_scale"],
+        info(a["initial_state"]),
+        a["reverse"],
+        info(a["cu_seqlens"]),
+    )
+    return plans, {n: a[n] for n in _FLOATS}
+
+
+_OP = define(
+    "recurrent",
+    (
+        Param("query", "Tensor"),
+        Param("key", "Tensor"),
+        Param("value", "Tensor"),
+        Param("g", "Tensor?"),
+        Param("g_gamma", "Tensor?"),
+        Param("gk", "Tensor?"),
+        Param("gv", "Tensor?"),
+        Param("softmax_scale", "float?"),
+        Param("initial_state", "Tensor?"),
+        Param("reverse", "bool"),
+        Param("cu_seqlens", "Tensor?"),
+    ),
+    2,
+    _make,
+    {n: n for n in _FLOATS},
+)
 
 
 def recurrent(
@@ -29,15 +64,4 @@ def recurrent(
     gv ``[B, T, H, V]``; initial_state ``[N, H, K, V]``.  Returns output
     ``[B, T, HQ, V]`` (query's dtype) and final_state ``[N, H, K, V]`` float32.
     """
-    operands = dict(
-        query=query, key=key, value=value, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state
-    )
-    plans = core.plans(
-        *(info(operands[n], n) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
-        softmax_scale,
-        info(initial_state, "initial_state"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-        host_values(cu_seqlens),
-    )
-    return apply(plans, cu_seqlens, operands)
+    return _OP(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)

@@ -1,6 +1,7 @@
 """``ring_attention`` for PyTorch: flash attention over a sequence sharded
 across the ranks of a ``torch.distributed`` group (algorithm:
-core_triton.attention.ring).  Point-to-point ``isend``/``irecv`` move the
+core_triton.attention.ring); the op ``twinkernels::ring_attention`` (the
+group travels by name).  Point-to-point ``isend``/``irecv`` move the
 key/value shards (and in the backward their float32 dK/dV accumulators)
 to the next rank while the current step's kernels run; partial results
 merge in float32 by log-sum-exp.  NCCL on GPUs, gloo on the CPU.
@@ -15,7 +16,10 @@ import torch.distributed as dist
 
 from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
+from core_triton.attention.flash import window_pair
+from core_triton.common.checks import check_bool
 from torch_api._launch import device_constant, info, launch
+from torch_api._library import Impl, Param, TorchOp, fake_info
 from torch_api.flash_attention import sink_grad
 
 
@@ -60,96 +64,206 @@ def _offsets(offsets, device):
     return device_constant(tuple(offsets), torch.int32, torch.device(device))
 
 
-class _RingAttention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
-        t_local = q.shape[1]
-        kv = {"k": k, "v": v, **moving}
-        B, _, HQ, _ = q.shape
-        out = torch.zeros(B, t_local, HQ, v.shape[3], dtype=torch.float32, device=q.device)
-        lse = torch.full((B, HQ, t_local), float("-inf"), dtype=torch.float32, device=q.device)
-        for step in schedule.steps(ring.rank):
-            nxt, reqs = ring.start(kv) if not step.last else (None, [])
-            inputs = {
-                "q": q,
-                **kv,
-                **fixed,
-                "qoff": _offsets(step.q_offsets, q.device),
-                "koff": _offsets(step.k_offsets, q.device),
-            }
-            if bias is not None:
-                inputs["bias"] = bias
-            out_b, lse_b = launch(plans.forward, inputs)
-            out, lse = _merge(out, lse, out_b, lse_b)
-            ring.wait(reqs)
-            kv = nxt
-        if sink is not None:
-            out, lse = _add_sinks(out, lse, sink)
-        ctx.save_for_backward(q, k, v, sink, bias, out, lse)
-        ctx.fixed, ctx.moving, ctx.plans, ctx.ring, ctx.schedule = fixed, moving, plans, ring, schedule
-        return out.to(q.dtype), lse
+def _ring_forward(q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
+    """``(out [B, T_local, HQ, Dv] float32, lse [B, HQ, T_local])`` over the ring."""
+    t_local = q.shape[1]
+    kv = {"k": k, "v": v, **moving}
+    B, _, HQ, _ = q.shape
+    out = torch.zeros(B, t_local, HQ, v.shape[3], dtype=torch.float32, device=q.device)
+    lse = torch.full((B, HQ, t_local), float("-inf"), dtype=torch.float32, device=q.device)
+    for step in schedule.steps(ring.rank):
+        nxt, reqs = ring.start(kv) if not step.last else (None, [])
+        inputs = {
+            "q": q,
+            **kv,
+            **fixed,
+            "qoff": _offsets(step.q_offsets, q.device),
+            "koff": _offsets(step.k_offsets, q.device),
+        }
+        if bias is not None:
+            inputs["bias"] = bias
+        out_b, lse_b = launch(plans.forward, inputs)
+        out, lse = _merge(out, lse, out_b, lse_b)
+        ring.wait(reqs)
+        kv = nxt
+    if sink is not None:
+        out, lse = _add_sinks(out, lse, sink)
+    return out, lse
 
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, sink, bias, out, lse = ctx.saved_tensors
-        ring, plans = ctx.ring, ctx.plans
-        n = ring.n
-        dout = (torch.zeros_like(q[..., :1].expand(*q.shape[:3], v.shape[3])) if dout is None else dout).to(
-            q.dtype
-        )
-        (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
-        if dlse is not None:
-            delta = delta - dlse.float()
-        dkdv_plan, dq_plan = plans.grads(info(dout))
-        kv = {"k": k, "v": v, **ctx.moving}
-        acc = {"dk": torch.zeros(k.shape, dtype=torch.float32, device=k.device), "dv": None}
-        acc["dv"] = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
-        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        # The bias gradient, only when asked for: one bias-sized array that
-        # each step fills at its shard's columns (every column once).
-        db = None
-        if ctx.needs_input_grad[4]:
-            db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
-            dbias_plan = plans.dbias(info(dout))
-        for step in ctx.schedule.steps(ring.rank):
-            nxt, reqs = ring.start(kv) if not step.last else (None, [])
-            inputs = {
-                "q": q,
-                **kv,
-                **ctx.fixed,
-                "qoff": _offsets(step.q_offsets, q.device),
-                "koff": _offsets(step.k_offsets, q.device),
-            }
-            inputs.update({"do": dout, "lse": lse, "delta": delta})
-            if bias is not None:
-                inputs["bias"] = bias
-            dk_s, dv_s = launch(dkdv_plan, inputs)
-            (dq_s,) = launch(dq_plan, inputs)
-            dq += dq_s
-            # src's accumulators leave with its shard; after n hops they are home.
-            acc = {"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s}
-            if n > 1:
-                acc, acc_reqs = ring.start(acc)
-                ring.wait(acc_reqs)
-            if db is not None:
-                (db_s,) = launch(dbias_plan, inputs)
-                for a, g, c in step.bias_pieces:
-                    db[..., g : g + c] = db_s[..., a : a + c]
-            ring.wait(reqs)
-            kv = nxt
-        dsink = sink_grad(sink, lse, delta) if ctx.needs_input_grad[3] else None
-        return (
-            dq.to(q.dtype),
-            acc["dk"].to(k.dtype),
-            acc["dv"].to(v.dtype),
-            dsink,
-            db,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+
+def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, plans, ring, schedule, need_db):
+    """``(dq, dk, dv, db)`` in the inputs' dtypes (``db`` None unless ``need_db``)."""
+    n = ring.n
+    (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
+    if dlse is not None:
+        delta = delta - dlse.float()
+    dkdv_plan, dq_plan = plans.grads(info(dout))
+    kv = {"k": k, "v": v, **moving}
+    acc = {
+        "dk": torch.zeros(k.shape, dtype=torch.float32, device=k.device),
+        "dv": torch.zeros(v.shape, dtype=torch.float32, device=v.device),
+    }
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    # The bias gradient, only when asked for: one bias-sized array that
+    # each step fills at its shard's columns (every column once).
+    db = None
+    if need_db:
+        db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
+        dbias_plan = plans.dbias(info(dout))
+    for step in schedule.steps(ring.rank):
+        nxt, reqs = ring.start(kv) if not step.last else (None, [])
+        inputs = {
+            "q": q,
+            **kv,
+            **fixed,
+            "qoff": _offsets(step.q_offsets, q.device),
+            "koff": _offsets(step.k_offsets, q.device),
+        }
+        inputs.update({"do": dout, "lse": lse, "delta": delta})
+        if bias is not None:
+            inputs["bias"] = bias
+        dk_s, dv_s = launch(dkdv_plan, inputs)
+        (dq_s,) = launch(dq_plan, inputs)
+        dq += dq_s
+        # src's accumulators leave with its shard; after n hops they are home.
+        acc = {"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s}
+        if n > 1:
+            acc, acc_reqs = ring.start(acc)
+            ring.wait(acc_reqs)
+        if db is not None:
+            (db_s,) = launch(dbias_plan, inputs)
+            for a, g, c in step.bias_pieces:
+                db[..., g : g + c] = db_s[..., a : a + c]
+        ring.wait(reqs)
+        kv = nxt
+    return dq.to(q.dtype), acc["dk"].to(k.dtype), acc["dv"].to(v.dtype), db, delta
+
+
+_PARAMS = (
+    Param("query", "Tensor"),
+    Param("key", "Tensor"),
+    Param("value", "Tensor"),
+    Param("q_segment_ids", "Tensor?"),
+    Param("kv_segment_ids", "Tensor?"),
+    Param("softmax_aux", "Tensor?"),
+    Param("bias", "Tensor?"),
+    Param("sliding_window", "int[]?"),
+    Param("causal", "bool"),
+    Param("logits_soft_cap", "float?"),
+    Param("softmax_scale", "float?"),
+    Param("q_positions", "Tensor?"),
+    Param("kv_positions", "Tensor?"),
+    Param("zigzag", "bool"),
+    Param("group_name", "str?"),
+)
+_TENSORS = tuple(p.name for p in _PARAMS if p.is_tensor)
+
+
+def _plans(a, info_of, n):
+    plans, _ = core.plans(
+        info_of(a["query"]),
+        info_of(a["key"]),
+        info_of(a["value"]),
+        n,
+        a["zigzag"],
+        *(info_of(a[x]) for x in ("q_segment_ids", "kv_segment_ids", "softmax_aux", "bias")),
+        None if a["sliding_window"] is None else tuple(a["sliding_window"]),  # int[] arrives as a list
+        a["causal"],
+        a["logits_soft_cap"],
+        a["softmax_scale"],
+        info_of(a["q_positions"]),
+        info_of(a["kv_positions"]),
+    )
+    return plans
+
+
+def _group(name):
+    return None if name is None else dist.distributed_c10d._resolve_process_group(name)
+
+
+def _prepare(a):
+    """Plans, ring, schedule and the fixed/moving index inputs of a call."""
+    ring = _Ring(_group(a["group_name"]))
+    contig = lambda t: None if t is None else t.detach().contiguous()  # noqa: E731
+    a = dict(a)
+    for name in ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions"):
+        a[name] = contig(a[name])
+    if a["softmax_aux"] is not None:
+        a["softmax_aux"] = a["softmax_aux"].contiguous()
+    plans = _plans(a, info, ring.n)
+    query, zigzag = a["query"], a["zigzag"]
+    t_local, n = query.shape[1], ring.n
+    fixed, moving = {}, {}
+    qs = a["q_segment_ids"] if a["q_segment_ids"] is not None else a["kv_segment_ids"]
+    ks = a["kv_segment_ids"] if a["kv_segment_ids"] is not None else a["q_segment_ids"]
+    if qs is not None:
+        fixed["q_segment_ids"], moving["kv_segment_ids"] = qs, ks
+    explicit = a["q_positions"] is not None or a["kv_positions"] is not None
+    if explicit:
+        order, _ = _layout(n, n * t_local, zigzag, query.device)
+        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
+        fixed["q_positions"] = a["q_positions"] if a["q_positions"] is not None else mine
+        moving["kv_positions"] = a["kv_positions"] if a["kv_positions"] is not None else mine
+    schedule = core.RingSchedule(
+        n, t_local, zigzag, a["causal"], explicit, a["sliding_window"] is not None
+    )  # fmt: skip
+    return a, plans, ring, schedule, fixed, moving
+
+
+def _forward(a):
+    a, plans, ring, schedule, fixed, moving = _prepare(a)
+    out, lse = _ring_forward(
+        a["query"], a["key"], a["value"], a["softmax_aux"], a["bias"], fixed, moving, plans, ring, schedule
+    )
+    # The float32 output is a residual of the backward (its delta); a custom
+    # op may not return one tensor twice, so only when the cast copies.
+    final = out.to(a["query"].dtype)
+    return (final, lse), ([] if final is out else [out]), None
+
+
+def _backward(a, outputs, extras, cotangents, needs, state):
+    a, plans, ring, schedule, fixed, moving = _prepare(a)
+    q, v = a["query"], a["value"]
+    final, lse = outputs
+    out = extras[0] if extras else final
+    dout, dlse = cotangents
+    shape = (*q.shape[:3], v.shape[3])
+    dout = (torch.zeros(shape, dtype=q.dtype, device=q.device) if dout is None else dout).to(q.dtype)
+    need = dict(zip(_TENSORS, needs, strict=True))
+    dq, dk, dv, db, delta = _ring_backward(
+        q, a["key"], v, a["softmax_aux"], a["bias"], out, lse, dout, dlse, fixed, moving, plans, ring,
+        schedule, need["bias"],
+    )  # fmt: skip
+    sink = a["softmax_aux"]
+    dsink = sink_grad(sink, lse, delta).to(sink.dtype) if need["softmax_aux"] else None
+    grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
+    return tuple(grads.get(n) for n in _TENSORS)
+
+
+def _like(t):
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def _fake_forward(a):
+    n = dist.get_world_size(_group(a["group_name"]))
+    _plans(a, fake_info, n)
+    q, v = a["query"], a["value"]
+    B, T, HQ, _ = q.shape
+    out = torch.empty(B, T, HQ, v.shape[3], dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, HQ, T, dtype=torch.float32, device=q.device)
+    return (out, lse), ([] if q.dtype == torch.float32 else [torch.empty_like(out, dtype=torch.float32)])
+
+
+def _fake_backward(a, outputs, extras, cotangents, needs):
+    need = dict(zip(_TENSORS, needs, strict=True))
+    grads = {n: _like(a[n]) for n in ("query", "key", "value")}
+    for n in ("softmax_aux", "bias"):
+        if need[n] and a[n] is not None:
+            grads[n] = _like(a[n])
+    return tuple(grads.get(n) for n in _TENSORS)
+
+
+_OP = TorchOp("ring_attention", _PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
 
 
 def ring_attention(
@@ -182,51 +296,12 @@ def ring_attention(
         raise ValueError("axis_name is for the JAX binding; PyTorch takes group (None: the default group)")
     if not dist.is_initialized():
         raise ValueError("ring_attention needs an initialised torch.distributed process group")
-    ring = _Ring(group)
-    contig = lambda t: None if t is None else t.detach().contiguous()  # noqa: E731
-    q_segment_ids, kv_segment_ids = contig(q_segment_ids), contig(kv_segment_ids)
-    q_positions, kv_positions = contig(q_positions), contig(kv_positions)
-    softmax_aux = None if softmax_aux is None else softmax_aux.contiguous()
-    plans, return_lse = core.plans(
-        info(query),
-        info(key),
-        info(value),
-        ring.n,
-        bool(zigzag),
-        info(q_segment_ids),
-        info(kv_segment_ids),
-        info(softmax_aux),
-        info(bias),
-        sliding_window,
-        causal,
-        logits_soft_cap,
-        softmax_scale,
-        info(q_positions),
-        info(kv_positions),
-        return_lse,
-    )
-    t_local, n = query.shape[1], ring.n
-    fixed, moving = {}, {}
-    qs = q_segment_ids if q_segment_ids is not None else kv_segment_ids
-    ks = kv_segment_ids if kv_segment_ids is not None else q_segment_ids
-    if qs is not None:
-        fixed["q_segment_ids"], moving["kv_segment_ids"] = qs, ks
-    if q_positions is not None or kv_positions is not None:
-        order, _ = _layout(n, n * t_local, bool(zigzag), query.device)
-        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
-        fixed["q_positions"] = q_positions if q_positions is not None else mine
-        moving["kv_positions"] = kv_positions if kv_positions is not None else mine
-    schedule = core.RingSchedule(
-        n,
-        t_local,
-        bool(zigzag),
-        bool(causal),
-        q_positions is not None or kv_positions is not None,
-        sliding_window is not None,
-    )
-    out, lse = _RingAttention.apply(
-        query, key, value, softmax_aux, bias, fixed, moving, plans, ring, schedule
-    )
+    return_lse = check_bool(return_lse, "return_lse")
+    out, lse = _OP(
+        query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, window_pair(sliding_window),
+        causal, logits_soft_cap, softmax_scale, q_positions, kv_positions, check_bool(zigzag, "zigzag"),
+        None if group is None else group.group_name,
+    )  # fmt: skip
     return (out, lse) if return_lse else out
 
 

@@ -25,6 +25,19 @@ def _check_cu(cu_seqlens) -> torch.Tensor:
     return cu_seqlens
 
 
+def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> None:
+    """Raise ``ValueError`` unless ``cu_seqlens`` (int32/int64 ``[N+1]``) starts
+    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length).
+
+    The ops never read ``cu_seqlens`` on the host (that would wait for the
+    GPU on every call): out-of-contract values are clamped by the kernels,
+    which stay inside their tensors and give 0 to tokens of no sequence.
+    Call this, once, where you want the error instead.  It copies
+    ``cu_seqlens`` to the host."""
+    _check_cu(cu_seqlens)
+    checks.check_cu_seqlens_values(cu_seqlens.detach().cpu().numpy(), int(seq_len))
+
+
 def _check_chunk(chunk_size) -> int:
     return checks.check_power_of_two(chunk_size, "chunk_size")
 

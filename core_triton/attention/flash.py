@@ -170,6 +170,13 @@ def _window(value) -> tuple[int, int] | None:
     return w, w
 
 
+def window_pair(value) -> list[int] | None:
+    """``sliding_window`` as the bindings pass it to their ops: ``None`` or
+    ``[left, right]`` (a side given as ``None`` is unbounded)."""
+    w = _window(value)
+    return None if w is None else list(w)
+
+
 def _cap(value) -> float | None:
     cap = checks.check_scale(value, "logits_soft_cap")
     if cap is not None and cap <= 0:

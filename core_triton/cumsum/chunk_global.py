@@ -24,11 +24,9 @@ def plans(
     softmax_scale=None,
     head_first=False,
     output_dtype=None,
-    cu_seqlens_values=None,
 ) -> OpPlans:
     """Check the arguments and plan forward and backward launches (inputs
-    ``x``, ``cu_seqlens``; output ``[*s.shape]``).  ``cu_seqlens_values``:
-    as for ``chunk_local_cumsum.plans``."""
+    ``x``, ``cu_seqlens``; output ``[*s.shape]``)."""
     reverse, scale, head_first, out_dtype = _cumsum_plan.validate(
         s,
         cu_seqlens,
@@ -37,7 +35,6 @@ def plans(
         head_first,
         output_dtype,
         "s",
-        cu_seqlens_values,
     )
     return _cumsum_plan.make_plans(
         s,

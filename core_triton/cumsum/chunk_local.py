@@ -29,12 +29,9 @@ def plans(
     cu_seqlens: TensorInfo | None = None,
     head_first=False,
     output_dtype=None,
-    cu_seqlens_values=None,
 ) -> OpPlans:
     """Check the arguments and plan forward and backward launches (inputs
-    ``x``, ``cu_seqlens``, ``chunk_offsets``; output ``[*g.shape]``).
-    ``cu_seqlens_values`` are the host values of ``cu_seqlens`` where known
-    (checked then), ``None`` where they are traced."""
+    ``x``, ``cu_seqlens``, ``chunk_offsets``; output ``[*g.shape]``)."""
     chunk = checks.check_power_of_two(chunk_size, "chunk_size")
     reverse, scale, head_first, out_dtype = _cumsum_plan.validate(
         g,
@@ -44,7 +41,6 @@ def plans(
         head_first,
         output_dtype,
         "g",
-        cu_seqlens_values,
     )
     return _cumsum_plan.make_plans(
         g,

@@ -105,7 +105,6 @@ def validate(
     head_first,
     output_dtype,
     name: str,
-    cu_seqlens_values=None,
 ):
     """Checks common to both cumsums; returns normalised options."""
     checks.check_float_tensor(x, name)
@@ -123,8 +122,6 @@ def validate(
     n_seq = checks.check_cu_seqlens(cu_seqlens, b)
     if n_seq == 0 and t != 0:
         raise ValueError(f"cu_seqlens holds no sequence but {name} has seq_len {t}")
-    if cu_seqlens is not None and cu_seqlens_values is not None:
-        checks.check_cu_seqlens_values(cu_seqlens_values, t)
     checks.check_same_device({name: x, "cu_seqlens": cu_seqlens})
     return reverse, scale, head_first, out_dtype
 

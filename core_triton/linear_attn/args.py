@@ -83,7 +83,6 @@ def validate(
     initial_state: TensorInfo | None = None,
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
-    cu_seqlens_values=None,
 ) -> LinearAttnArgs:
     """Check every argument against the spec; raise ValueError/TypeError
     naming the first one that is wrong."""
@@ -128,8 +127,6 @@ def validate(
     scale = checks.check_scale(softmax_scale)
     reverse = checks.check_bool(reverse, "reverse")
     N = checks.check_cu_seqlens(cu_seqlens, B)
-    if cu_seqlens_values is not None:
-        checks.check_cu_seqlens_values(cu_seqlens_values, T)
     packed = N is not None
     N = B if N is None else N
     if initial_state is not None:

@@ -143,11 +143,11 @@ def plans(
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
     chunk_size=64,
-    cu_seqlens_values=None,
 ) -> OpPlans:
     """Check the arguments (ValueError/TypeError naming the culprit) and
-    plan the forward and backward launches.  ``cu_seqlens_values``: the
-    host values of ``cu_seqlens`` where known (checked then)."""
+    plan the forward and backward launches.  The values of ``cu_seqlens``
+    are never read on the host (the kernels clamp them; the bindings'
+    ``check_cu_seqlens`` checks them on request)."""
     args = _linear_attn_args.validate(
         query,
         key,
@@ -158,7 +158,6 @@ def plans(
         initial_state=initial_state,
         reverse=reverse,
         cu_seqlens=cu_seqlens,
-        cu_seqlens_values=cu_seqlens_values,
     )
     chunk = check_chunk_size(chunk_size)
     if args.packed and args.N == 0 and args.T != 0:

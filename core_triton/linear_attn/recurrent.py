@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 
 from core_triton.common import reductions
-from core_triton.common.checks import check_cu_seqlens_values
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted
@@ -46,12 +45,9 @@ def plans(
     initial_state: TensorInfo | None = None,
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
-    cu_seqlens_values=None,
 ) -> OpPlans:
     """Check the arguments and plan the launches."""
     a = validate(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)
-    if cu_seqlens is not None and cu_seqlens_values is not None:
-        check_cu_seqlens_values(cu_seqlens_values, a.T)
     given = {"g": g, "g_gamma": g_gamma, "gk": gk, "gv": gv, "initial_state": initial_state}
     dtypes = {n: t.dtype for n, t in given.items() if t is not None}
     return _make_plans(a, tuple(sorted(dtypes.items())))

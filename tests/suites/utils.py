@@ -55,6 +55,23 @@ class UtilsSuite:
         with pytest.raises(ValueError, match="chunk_size"):
             api.prepare_chunk_offsets(self.fw.array([0, 1], "int32"), 3)
 
+    def test_check_cu_seqlens(self):
+        api, fw = self.fw.api, self.fw
+        api.check_cu_seqlens(fw.array([0, 3, 3, 7], "int32"), 7)  # returns quietly
+        api.check_cu_seqlens(fw.array([0], "int32"), 0)
+        for values, message in (
+            ([1, 3, 7], r"cu_seqlens\[0\] must be 0, got 1"),
+            ([0, 4, 3, 7], "non-decreasing"),
+            ([0, 3, 6], r"cu_seqlens\[-1\] must equal seq_len .*\(7\), got 6"),
+            ([0, 3, 8], r"\(7\), got 8"),
+        ):
+            with pytest.raises(ValueError, match=message):
+                api.check_cu_seqlens(fw.array(values, "int32"), 7)
+        with pytest.raises(TypeError, match="cu_seqlens"):
+            api.check_cu_seqlens(fw.array([0.0, 7.0], "float32"), 7)
+        with pytest.raises(ValueError, match="cu_seqlens"):
+            api.check_cu_seqlens(fw.array([[0, 7]], "int32"), 7)
+
     def test_identity_dtype_convert(self):
         fw = self.fw
         convert = fw.api.identity_dtype_convert(fw.dtype("bfloat16"))

@@ -166,3 +166,55 @@ def test_errors_name_the_argument():
     if not torch.distributed.is_initialized():
         with pytest.raises(ValueError, match="process group"):
             torch_api.ring_attention(q, q, q)
+
+
+def _compile_worker(rank, n, port, errors):
+    """ring_attention under torch.compile(fullgraph=True), forward and
+    backward, equals the eager call (a group given by object and the default
+    group)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), GLOO_SOCKET_IFNAME="lo")
+    os.environ["TRITON_INTERPRET"] = "1"
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=n)
+    try:
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        import torch_api
+
+        group = torch.distributed.new_group(list(range(n)))
+        g = torch.Generator().manual_seed(rank)
+        q, k, v = (torch.randn(1, 12, 2, 16, generator=g) for _ in range(3))
+        sink = torch.randn(2, generator=g)
+        do = torch.randn(1, 12, 2, 16, generator=g)
+        for grp in (None, group):
+
+            def fn(q, k, v, sink, grp=grp):
+                return torch_api.ring_attention(
+                    q, k, v, softmax_aux=sink, causal=True, zigzag=True, group=grp
+                )
+
+            results = []
+            counter = CompileCounterWithBackend("aot_eager")
+            for f in (fn, torch.compile(fn, backend=counter, fullgraph=True)):
+                leaves = [t.clone().requires_grad_(True) for t in (q, k, v, sink)]
+                out = f(*leaves)
+                results.append([out.detach(), *torch.autograd.grad(out, leaves, do)])
+            assert counter.frame_count == 1
+            for a, b in zip(*results, strict=True):
+                torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
+    except Exception as e:  # report, so the parent fails with the cause
+        errors.put(f"compile n={n} rank={rank}: {type(e).__name__}: {e}")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ring_compiles_fullgraph():
+    n = 2
+    ctx = mp.get_context("spawn")
+    errors = ctx.Queue()
+    mp.start_processes(
+        _compile_worker, args=(n, _free_port(), errors), nprocs=n, join=True, start_method="spawn"
+    )
+    found = []
+    while not errors.empty():
+        found.append(errors.get())
+    assert not found, "\n".join(found)

@@ -1,0 +1,105 @@
+# ruff: noqa: E501  (the timed script is a string, kept readable as written)
+"""Before/after: the same kernel-bound cases timed on two source trees in
+one session, alternating fresh processes (before, after, before, after) so
+that clock drift hits both alike.  ``python -m bench.compare_trees
+OLD_TREE [NEW_TREE]`` (NEW_TREE defaults to this checkout); an extracted
+``git archive`` of the old commit is a tree.
+
+Cases (bfloat16, public API only, so any version of the library runs
+them): flash attention B4 H16 D128, T 2k and 8k, causal and not, forward
+and forward+backward, both bindings; ``chunk_linear_attn`` with ``g`` and
+``lightning_attn`` at B4 T4096 H16 K=V=128, forward+backward, PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+_CASES = r"""
+import os, sys, time, statistics
+import torch
+import jax, jax.numpy as jnp
+import torch_api, jax_api
+
+def timed(fn, sync, iters, reps=5):
+    for _ in range(3):
+        sync(fn())
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            r = fn()
+        sync(r)
+        out.append((time.perf_counter() - t) / iters)
+    return statistics.median(out)
+
+tsync = lambda _: torch.cuda.synchronize()
+jsync = lambda r: jax.block_until_ready(r)
+B, H, D = 4, 16, 128
+for T in (2048, 8192):
+    q, k, v, do = (torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    jq, jk, jv, jdo = (jnp.from_dlpack(x) for x in (q, k, v, do))
+    for causal in (False, True):
+        flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0)
+        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        cases = {
+            "torch fwd": (lambda: torch_api.flash_attention(q, k, v, causal=causal), tsync, 1.0),
+            "torch fwd+bwd": (lambda: torch.autograd.grad(torch_api.flash_attention(*leaves, causal=causal), leaves, do), tsync, 3.5),
+        }
+        f = jax.jit(lambda a, b, c: jax_api.flash_attention(a, b, c, causal=causal))
+        vjp = jax.jit(lambda a, b, c, d: jax.vjp(lambda *x: jax_api.flash_attention(*x, causal=causal), a, b, c)[1](d))
+        cases["jax fwd"] = (lambda: f(jq, jk, jv), jsync, 1.0)
+        cases["jax fwd+bwd"] = (lambda: vjp(jq, jk, jv, jdo), jsync, 3.5)
+        for name, (fn, sync, mult) in cases.items():
+            t = timed(fn, sync, iters=10 if T == 2048 else 4)
+            print(f"RESULT flash T={T} causal={causal} {name} {flops * mult / t / 1e12:.1f} TFLOP/s", flush=True)
+Bl, Tl, Hl, Kl = 4, 4096, 16, 128
+x = [torch.randn(Bl, Tl, Hl, Kl, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+g = (-torch.rand(Bl, Tl, Hl, device="cuda")).requires_grad_(True)
+do = torch.randn_like(x[2])
+for name, fn in (
+    ("chunk g fwd+bwd", lambda: torch.autograd.grad(torch_api.chunk_linear_attn(*x, g=g)[0], [*x, g], do)),
+    ("lightning fwd+bwd", lambda: torch.autograd.grad(torch_api.lightning_attn(*x, layer_idx=2, num_layers=8)[0], x, do)),
+):
+    print(f"RESULT linear {name} {timed(fn, tsync, iters=10) * 1e3:.3f} ms", flush=True)
+"""
+
+
+def _run(tree: str) -> dict[str, str]:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])
+    )
+    env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    proc = subprocess.run(
+        [sys.executable, "-c", _CASES], env=env, capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            key, value = line[7:].rsplit(" ", 2)[0], " ".join(line.rsplit(" ", 2)[1:])
+            out[key] = value
+    return out
+
+
+def main(argv):
+    old = argv[0]
+    new = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rounds = int(os.environ.get("COMPARE_ROUNDS", "2"))
+    runs = {"before": [], "after": []}
+    for _ in range(rounds):
+        runs["before"].append(_run(old))
+        runs["after"].append(_run(new))
+    keys = list(dict.fromkeys(k for r in runs["before"] + runs["after"] for k in r))
+    print("| case | " + " | ".join(f"{w} {i + 1}" for w in runs for i in range(rounds)) + " |")
+    print("|---|" + "---|" * (2 * rounds))
+    for k in keys:
+        cells = [r.get(k, "-") for w in runs for r in runs[w]]
+        print(f"| {k} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

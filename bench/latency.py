@@ -1,0 +1,141 @@
+"""Latency at small shapes, where the host sets the pace: wall time per
+forward+backward call at B=2, T=512, H=8, D=64 (bfloat16), for
+
+* flash attention, causal: ours eager, ours under ``torch.compile(mode=
+  "reduce-overhead")``, SDPA eager and compiled the same way;
+* ``chunk_linear_attn`` with a scalar gate ``g`` and ``lightning_attn``:
+  ours eager and compiled, fla eager (fla's ops are opaque to the compiler);
+
+beside the GPU time of our kernels alone (the eager call captured once in a
+CUDA graph and replayed: no host work).  Calls are queued back to back and
+synchronised once per batch (bench.common.time_per_call), so a host-bound
+call shows its host time.  ``python -m bench latency``.
+"""
+
+from __future__ import annotations
+
+from bench.common import markdown_table, save, time_per_call
+
+B, T, H, D = 2, 512, 8, 64
+LAYER_IDX, NUM_LAYERS = 2, 8
+CASES = ("flash causal", "chunk g", "lightning")
+IMPLS = ("ours eager", "ours compiled", "sdpa eager", "sdpa compiled", "fla eager")
+
+
+def _inputs(torch, case):
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=g)
+
+    x = {"query": rand(B, T, H, D), "key": rand(B, T, H, D), "value": rand(B, T, H, D)}
+    if case == "chunk g":
+        x["g"] = -torch.nn.functional.softplus(rand(B, T, H).float())
+    return x
+
+
+def _fn(torch, torch_api, case, impl):
+    if impl.startswith("ours"):
+        if case == "flash causal":
+            return lambda **x: torch_api.flash_attention(**x, causal=True)
+        if case == "chunk g":
+            return lambda **x: torch_api.chunk_linear_attn(**x)[0]
+        return lambda **x: torch_api.lightning_attn(**x, layer_idx=LAYER_IDX, num_layers=NUM_LAYERS)[0]
+    if impl.startswith("sdpa"):
+        if case != "flash causal":
+            return None
+
+        def sdpa(query, key, value):
+            q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # SDPA is head-first
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+
+        return sdpa
+    if case == "flash causal":
+        return None
+    if case == "chunk g":
+        from fla.ops.simple_gla import chunk_simple_gla
+
+        return lambda **x: chunk_simple_gla(x["query"], x["key"], x["value"], g=x["g"])[0]
+    from fla.ops.lightning_attn import chunk_lightning_attn
+
+    return lambda **x: chunk_lightning_attn(x["query"], x["key"], x["value"], LAYER_IDX, NUM_LAYERS)[0]
+
+
+def _step(torch, fn, x):
+    leaves = {n: v.detach().clone().requires_grad_(True) for n, v in x.items()}
+    do = torch.randn_like(x["value"])
+
+    def step():
+        out = fn(**leaves)
+        return torch.autograd.grad(out, list(leaves.values()), do)
+
+    return step
+
+
+def _gpu_time(torch, step):
+    """Seconds of GPU time per call: ``step`` captured in a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=50, reps=5)
+
+
+def run(progress=None) -> list[dict]:
+    import torch
+
+    import torch_api
+
+    sync = lambda _: torch.cuda.synchronize()  # noqa: E731
+    rows = []
+    for case in CASES:
+        x = _inputs(torch, case)
+        for impl in (*IMPLS, "ours kernels (CUDA graph)"):
+            row = {"case": case, "impl": impl}
+            try:
+                if impl == "ours kernels (CUDA graph)":
+                    t = _gpu_time(torch, _step(torch, _fn(torch, torch_api, case, "ours eager"), x))
+                else:
+                    fn = _fn(torch, torch_api, case, impl)
+                    if fn is None:
+                        continue
+                    if impl.endswith("compiled"):
+                        torch._dynamo.reset()
+                        fn = torch.compile(fn, mode="reduce-overhead", fullgraph=True)
+                    t = time_per_call(_step(torch, fn, x), sync, iters=50, reps=5, warmup=5)
+                row["us"] = f"{t * 1e6:.1f}"
+            except Exception as e:  # fla is optional; one failure must not hide the rest
+                row["us"] = f"error: {type(e).__name__}: {str(e)[:100]}"
+            rows.append(row)
+            print(row, flush=True)
+            if progress is not None:
+                progress.update(1)
+    _ratios(rows)
+    save("latency", rows, {"device": torch.cuda.get_device_name(), "B": B, "T": T, "H": H, "D": D})
+    print(markdown_table(rows, ["case", "impl", "us", "vs sdpa eager", "vs kernels"]))
+    return rows
+
+
+def _ratios(rows):
+    """Wall time over SDPA eager's (flash) and over our kernels' GPU time."""
+    by = {(r["case"], r["impl"]): r for r in rows}
+    for r in rows:
+        try:
+            t = float(r["us"])
+        except (KeyError, ValueError):
+            continue
+        sdpa = by.get((r["case"], "sdpa eager"), {}).get("us")
+        gpu = by.get((r["case"], "ours kernels (CUDA graph)"), {}).get("us")
+        if sdpa and not sdpa.startswith("error"):
+            r["vs sdpa eager"] = f"{t / float(sdpa):.2f}x"
+        if gpu and not gpu.startswith("error"):
+            r["vs kernels"] = f"{t / float(gpu):.2f}x"
+
+
+def count() -> int:
+    return len(CASES) * (len(IMPLS) + 1)

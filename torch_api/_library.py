@@ -1,0 +1,215 @@
+"""The public ops as ``torch.library`` custom ops (namespace ``twinkernels``).
+
+Each op is a pair of custom ops:
+
+* ``twinkernels::<op>``: the op's outputs, then a ``Tensor[]`` of the
+  arrays its backward needs besides inputs and outputs (residuals, chunk
+  offsets);
+* ``twinkernels::<op>_backward``: one optional gradient per tensor argument;
+
+with fake implementations planned by the same core_triton code (exact
+shapes and dtypes) and ``register_autograd`` joining the two.  To
+``torch.compile`` (Dynamo, AOTAutograd, Inductor) and ``torch.export`` each
+is one opaque node: no graph break, and the backward is a node too.  Why
+``custom_op`` rather than ``triton_op``: a call is several launches whose
+grids, block sizes and outputs come from host-side plans, with a replay
+fast path for the launches; Inductor cannot fuse into our kernels, and
+under the interpreter (CPU) ``wrap_triton`` has no Inductor lowering.
+
+Eager calls take a shorter road to the same implementation: a
+``torch.autograd.Function`` (the dispatcher and ``register_autograd``
+wrapping cost about 40 us per forward+backward on the host, which at small
+sizes is most of the call).  Under ``torch.compile`` and ``torch.export``
+(``torch.compiler.is_compiling()``) the custom op is used.  Both roads run
+:attr:`TorchOp.forward` and :attr:`TorchOp.backward`; the tests compare them.
+
+Inside an op nothing waits for the device: no ``.item()``, ``.tolist()``
+or host copy of a tensor's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+NAMESPACE = "twinkernels"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument: its name and schema type (``Tensor``, ``Tensor?``,
+    ``bool``, ``int``, ``float?``, ``str``, ``int[]?``, ``ScalarType?``)."""
+
+    name: str
+    type: str
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.type.startswith("Tensor")
+
+
+@dataclass(frozen=True)
+class Impl:
+    """What an op computes, on real or fake tensors.
+
+    ``forward(args) -> (outputs, extras, state)``: ``args`` maps every
+    parameter name to its value; ``state`` is anything the backward may
+    reuse in the same process (``None`` is fine).
+    ``backward(args, outputs, extras, cotangents, needs, state) -> grads``:
+    ``cotangents`` has one entry per output (``None`` where unused),
+    ``needs`` one bool per tensor parameter, ``grads`` one entry (a tensor
+    in the input's dtype and shape, or ``None``) per tensor parameter;
+    ``state`` is ``None`` when the backward runs as its own op.
+    ``fake_forward(args) -> (outputs, extras)`` and ``fake_backward(args,
+    outputs, extras, cotangents, needs) -> grads``: the same shapes and
+    dtypes, no launch."""
+
+    forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor], Any]]
+    backward: Callable[..., tuple[torch.Tensor | None, ...]]
+    fake_forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]]
+    fake_backward: Callable[..., tuple[torch.Tensor | None, ...]]
+
+
+class TorchOp:
+    """A public op: ``twinkernels::<name>`` and its backward, and the
+    eager road to the same :class:`Impl`."""
+
+    def __init__(self, name: str, params: tuple[Param, ...], n_outputs: int, impl: Impl):
+        self.name = name
+        self.params = params
+        self.names = tuple(p.name for p in params)
+        self.tensor_index = tuple(i for i, p in enumerate(params) if p.is_tensor)
+        self.n_outputs = n_outputs
+        self.impl = impl
+        signature = ", ".join(f"{p.type} {p.name}" for p in params)
+        outs = ", ".join(["Tensor"] * n_outputs)
+        self.op = torch.library.custom_op(
+            f"{NAMESPACE}::{name}", mutates_args=(), schema=f"({signature}) -> ({outs}, Tensor[])"
+        )(self._forward_op)
+        self.op.register_fake(self._fake_forward_op)
+        # One optional gradient per tensor argument (a schema's 1-tuple is
+        # written without parentheses).
+        n_t = len(self.tensor_index)
+        grads = "Tensor?" if n_t == 1 else "(" + ", ".join(["Tensor?"] * n_t) + ")"
+        self.backward_op = torch.library.custom_op(
+            f"{NAMESPACE}::{name}_backward",
+            mutates_args=(),
+            schema=f"({signature}, Tensor[] outputs, Tensor[] extras, Tensor?[] cotangents, bool[] needs)"
+            f" -> {grads}",
+        )(self._backward_op)
+        self.backward_op.register_fake(self._fake_backward_op)
+        self.op.register_autograd(self._autograd_backward, setup_context=self._setup_context)
+
+    # ---- the custom ops ------------------------------------------------------
+
+    def _forward_op(self, *args):
+        outputs, extras, _ = self.impl.forward(dict(zip(self.names, args, strict=True)))
+        return (*outputs, extras)
+
+    def _fake_forward_op(self, *args):
+        outputs, extras = self.impl.fake_forward(dict(zip(self.names, args, strict=True)))
+        return (*outputs, extras)
+
+    def _split_backward_args(self, args):
+        n = len(self.params)
+        return dict(zip(self.names, args[:n], strict=True)), *args[n:]
+
+    def _backward_op(self, *args):
+        named, outputs, extras, cts, needs = self._split_backward_args(args)
+        return self._one_or_tuple(self.impl.backward(named, outputs, extras, cts, needs, None))
+
+    def _fake_backward_op(self, *args):
+        named, outputs, extras, cts, needs = self._split_backward_args(args)
+        return self._one_or_tuple(self.impl.fake_backward(named, outputs, extras, cts, needs))
+
+    def _one_or_tuple(self, grads):
+        grads = tuple(grads)
+        return grads[0] if len(grads) == 1 else grads
+
+    def _setup_context(self, ctx, inputs, output):
+        outputs, extras = output[: self.n_outputs], output[self.n_outputs]
+        ctx.options = {p.name: v for p, v in zip(self.params, inputs, strict=True) if not p.is_tensor}
+        ctx.save_for_backward(*(inputs[i] for i in self.tensor_index), *outputs, *extras)
+        ctx.n_extras = len(extras)
+        ctx.set_materialize_grads(False)
+
+    def _autograd_backward(self, ctx, *grads):
+        saved = ctx.saved_tensors
+        n_t = len(self.tensor_index)
+        tensors = saved[:n_t]
+        outputs = list(saved[n_t : n_t + self.n_outputs])
+        extras = list(saved[n_t + self.n_outputs :])
+        args = dict(ctx.options)
+        args.update((self.names[i], t) for i, t in zip(self.tensor_index, tensors, strict=True))
+        needs = [bool(ctx.needs_input_grad[i]) for i in self.tensor_index]
+        cts = list(grads[: self.n_outputs])
+        tensor_grads = self.backward_op(*(args[n] for n in self.names), outputs, extras, cts, needs)
+        if len(self.tensor_index) == 1:
+            tensor_grads = (tensor_grads,)
+        return self._per_param(tensor_grads)
+
+    def _per_param(self, tensor_grads):
+        out: list[Any] = [None] * len(self.params)
+        for i, g in zip(self.tensor_index, tensor_grads, strict=True):
+            out[i] = g
+        return tuple(out)
+
+    # ---- the public entry ----------------------------------------------------
+
+    def __call__(self, *args) -> tuple[torch.Tensor, ...]:
+        """The op's outputs for ``args`` (every parameter, in order)."""
+        for p, v in zip(self.params, args, strict=True):
+            if p.is_tensor and v is not None and not isinstance(v, torch.Tensor):
+                raise TypeError(f"{p.name} must be a torch.Tensor, got {type(v).__name__}")
+        if torch.compiler.is_compiling():
+            return tuple(self.op(*args)[: self.n_outputs])
+        options = {p.name: v for p, v in zip(self.params, args, strict=True) if not p.is_tensor}
+        tensors = [args[i] for i in self.tensor_index]
+        return _Eager.apply(self, options, *tensors)
+
+
+class _Eager(torch.autograd.Function):
+    """The eager road: :class:`Impl` under one ``autograd.Function``."""
+
+    @staticmethod
+    def forward(ctx, op: TorchOp, options: dict, *tensors):
+        args = dict(options)
+        args.update((op.names[i], t) for i, t in zip(op.tensor_index, tensors, strict=True))
+        outputs, extras, state = op.impl.forward(args)
+        ctx.op, ctx.options, ctx.state = op, options, state
+        ctx.n_extras = len(extras)
+        ctx.save_for_backward(*tensors, *outputs, *extras)
+        ctx.set_materialize_grads(False)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *cts):
+        op = ctx.op
+        saved = ctx.saved_tensors
+        n_t = len(op.tensor_index)
+        args = dict(ctx.options)
+        args.update((op.names[i], t) for i, t in zip(op.tensor_index, saved[:n_t], strict=True))
+        outputs = list(saved[n_t : n_t + op.n_outputs])
+        extras = list(saved[n_t + op.n_outputs :])
+        needs = [bool(n) for n in ctx.needs_input_grad[2:]]
+        grads = op.impl.backward(args, outputs, extras, list(cts), needs, ctx.state)
+        return None, None, *grads
+
+
+def fake_info(t: torch.Tensor | None):
+    """A fake tensor's TensorInfo with plain ints: a symbolic size is
+    specialised (the plans choose grids and tiles from sizes, so the op
+    compiles per shape, as under ``dynamic=False``)."""
+    from core_triton import TensorInfo
+
+    if t is None:
+        return None
+    return TensorInfo(
+        tuple(int(s) for s in t.shape),
+        str(t.dtype).split(".")[-1],
+        tuple(int(s) for s in t.stride()),
+        str(t.device),
+    )
