@@ -5,7 +5,9 @@
 #               (Triton compiles on the CPU), then the tests that need tens of
 #               GB of GPU memory one after another, and the demo;
 #   PART=bench  the benchmarks (BENCH="linear_attention attention" picks some);
-#   PART=all    both (the default; more than one 10-minute device call).
+#   PART=all    both (the default; more than one 10-minute device call);
+#   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
+#   PART=compare   before/after timings against the tree in .before.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
@@ -44,6 +46,21 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
+fi
+if [ "$part" = sanitize ]; then
+  # compute-sanitizer's memcheck over bad-cu_seqlens cases (SANITIZE="fw:op:case ...").
+  for c in ${SANITIZE:-torch:chunk:all_wild torch:recurrent:all_wild torch:global_cumsum:last_past_seq_len}; do
+    IFS=: read -r fw op case <<< "$c"
+    echo "== compute-sanitizer memcheck: $fw $op $case"
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \
+      python3 -m tests.packed_bounds "$fw" "$op" "$case" 2>&1 | tail -n 25
+    echo "exit ${PIPESTATUS[0]}"
+  done 2>&1 | tee "$out/sanitize.log"
+fi
+if [ "$part" = compare ]; then
+  # Kernel-bound cases on the tree in .before (an extracted git archive of
+  # the old commit) and on this one, alternating (bench/compare_trees.py).
+  timeout "${COMPARE_TIMEOUT:-400}" python3 -m bench.compare_trees .before 2>&1 | tee "$out/compare.log"
 fi
 if [ -n "${SAVE_CACHE:-}" ]; then
   command -v xz > /dev/null || echo "SAVE_CACHE: no xz on this machine" >&2

@@ -82,6 +82,7 @@ class TorchOp:
         self.params = params
         self.names = tuple(p.name for p in params)
         self.tensor_index = tuple(i for i, p in enumerate(params) if p.is_tensor)
+        self.option_index = tuple(i for i, p in enumerate(params) if not p.is_tensor)
         self.n_outputs = n_outputs
         self.impl = impl
         signature = ", ".join(f"{p.type} {p.name}" for p in params)
@@ -161,13 +162,13 @@ class TorchOp:
 
     def __call__(self, *args) -> tuple[torch.Tensor, ...]:
         """The op's outputs for ``args`` (every parameter, in order)."""
-        for p, v in zip(self.params, args, strict=True):
-            if p.is_tensor and v is not None and not isinstance(v, torch.Tensor):
-                raise TypeError(f"{p.name} must be a torch.Tensor, got {type(v).__name__}")
+        tensors = [args[i] for i in self.tensor_index]
+        for i, t in zip(self.tensor_index, tensors, strict=True):
+            if t is not None and not isinstance(t, torch.Tensor):
+                raise TypeError(f"{self.names[i]} must be a torch.Tensor, got {type(t).__name__}")
         if torch.compiler.is_compiling():
             return tuple(self.op(*args)[: self.n_outputs])
-        options = {p.name: v for p, v in zip(self.params, args, strict=True) if not p.is_tensor}
-        tensors = [args[i] for i in self.tensor_index]
+        options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
 
 

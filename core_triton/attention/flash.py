@@ -567,7 +567,28 @@ def plans(
     """Check the arguments of ``flash_attention`` and plan its launches;
     returns ``(plans, return_lse)``.  With explicit positions, a missing one
     of ``q_positions``/``kv_positions`` is ``arange(T)`` (the bindings make
-    it; see :func:`missing_positions`)."""
+    it; see :func:`missing_positions`).  Calls with the same arguments share
+    one result (the checks cost host time on every eager call)."""
+    if isinstance(sliding_window, list):
+        sliding_window = tuple(sliding_window)
+    try:
+        return _cached_plans(
+            query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
+            logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
+        )  # fmt: skip
+    except TypeError as e:
+        if "unhashable" not in str(e):
+            raise
+    return _plans(
+        query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
+        logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
+    )  # fmt: skip
+
+
+def _plans(
+    query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
+    logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
+):  # fmt: skip
     opts, return_lse = validate(
         query,
         key,
@@ -604,6 +625,10 @@ def plans(
         ),
         return_lse,
     )
+
+
+# typed: True and 1 (or 1.0) must not share a result (1 is no bool).
+_cached_plans = functools.lru_cache(maxsize=1024, typed=True)(_plans)
 
 
 def missing_positions(query_len: int, key_len: int, q_positions, kv_positions) -> dict[str, int]:
