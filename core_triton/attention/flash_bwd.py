@@ -601,7 +601,7 @@ def flash_bwd_dq_kernel(
 @triton.jit
 def _tile_positions(OFF, POS_b, offs, valid, chunk, NP: tl.constexpr, POS_MODE: tl.constexpr):
     """Positions of the indices ``offs`` of one batch row (see
-    _attention_common: piece offsets, or an explicit array)."""
+    flash_common: piece offsets, or an explicit array)."""
     if POS_MODE == 0:
         pos = offset_positions(offs, OFF, chunk, NP)
     else:

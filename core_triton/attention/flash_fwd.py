@@ -7,7 +7,8 @@ running normaliser ``l`` and an unnormalised output ``acc`` in float32
 HQ, Dv]`` (contiguous) and ``lse [B, HQ, Tq]`` float32, the natural-log
 normaliser (``-inf`` for a row with no allowed key and no finite sink;
 every row with no allowed key gets output 0, and with finite sinks ``lse``
-is the log-sum-exp of the sinks alone).  Positions, pieces and block ranges: see _attention_common.
+is the log-sum-exp of the sinks alone).  Positions, pieces and block
+ranges: see flash_common.
 
 Grid: ``(cdiv(Tq, BM), B * HQ)``.  Grouped queries: head ``hq`` reads key
 head ``hq // group``.  Head dims ``D``/``DV`` are padded to powers of two
