@@ -27,7 +27,7 @@ a dummy pointer and a constexpr flag):
   bindings do with their own ops.
 
 Inputs ``qoff``/``koff`` (int32, one value per piece) give the positions in
-offset mode and the bias's column offsets (see _attention_common); the
+offset mode and the bias's column offsets (see flash_common); the
 single-device op uses one piece with offset 0, the ring passes its own.
 :func:`attention_plans` is the lower-level entry the ring uses.
 """

@@ -38,18 +38,19 @@ import triton.language as tl
 
 from core_triton.attention.flash_common import (
     LOG2E,
-    POS_INF,
     allowed_mask,
-    allowed_mask_t,
     block_can_be_allowed,
-    block_ranges,
+    block_ids,
+    block_positions,
+    id_ranges,
     load_tile,
+    logits,
+    mask_scores,
     offset_positions,
-    piece_bounds,
-    query_block_positions,
+    piece_runs,
     store_tile,
-    tanh,
     visible_key_range,
+    visible_query_range,
 )
 from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.runtime import jit
@@ -98,101 +99,51 @@ def flash_bwd_preprocess_kernel(
 
 
 @triton.jit
-def _logits(qk, bias_tile, scale, qk_scale, cap, HAS_CAP: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Base-2 logits of a tile, and tanh of the capped logits (for the cap's
-    derivative; ``qk`` itself when there is no cap)."""
-    t = qk
-    if HAS_CAP or HAS_BIAS:
-        s = qk * scale
-        if HAS_CAP:
-            t = tanh(s / cap)
-            s = cap * t
-        if HAS_BIAS:
-            s += bias_tile
-        s = s * LOG2E
-    else:
-        s = qk * qk_scale
-    return s, t
+def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+    """Query blocks ``lo, lo + BM, ... < hi`` of the piece of queries ``[..,
+    end)`` whose offset is ``qoff``, ``run = (lo, hi, end, qoff)``, against
+    this program's keys, added to ``state = (dk [BN, BD], dv [BN, BDV])``
+    (float32); returns the new state.
 
-
-@triton.jit
-def _dkdv_blocks(
-    dk,
-    dv,
-    k,
-    v,
-    kpos,
-    kseg,
-    kvalid,
-    kcols,
-    lo,
-    hi,
-    end,
-    qoff,
-    Q_bh,
-    DO_bh,
-    LSE_bh,
-    DELTA_bh,
-    QPOS_b,
-    QSEG_b,
-    BIAS_bh,
-    stride_qt,
-    stride_qd,
-    stride_dot,
-    stride_dod,
-    stride_bm,
-    stride_bn,
-    scale,
-    qk_scale,
-    cap,
-    left,
-    right,
-    kmin,
-    kmax,
-    ksmin,
-    ksmax,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    BM: tl.constexpr,
-    MASK: tl.constexpr,
-    TEST: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    ROW64: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
-    """Query blocks ``lo, lo + BM, ... < hi`` of the piece ending at ``end``
-    against this program's keys; ``MASK`` and ``TEST`` as in the forward."""
+    ``kblock = (k [BN, BD], v [BN, BDV], kpos, kseg, kvalid, kcols)``
+    (vectors [BN]; ``kcols`` the keys' bias columns, int64) and ``kr`` its
+    ``id_ranges``; ``ptrs = (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b,
+    BIAS_bh)`` point at this (batch, query head); ``strides = (qt, qd, dot,
+    dod, bias m, bias n)``; ``scaling``, ``window``, ``FEATURES`` and
+    ``MASK`` as in the forward's ``_fwd_blocks``; ``SIZES = (D, DV, BD,
+    BDV, BM)``."""
+    # Constexprs are named one by one, with the annotation: ``a, b = T``
+    # or ``a = T[i]`` would make run-time values of them.
+    D: tl.constexpr = SIZES[0]
+    DV: tl.constexpr = SIZES[1]
+    BD: tl.constexpr = SIZES[2]
+    BDV: tl.constexpr = SIZES[3]
+    BM: tl.constexpr = SIZES[4]
+    TEST: tl.constexpr = FEATURES[0]
+    CAUSAL: tl.constexpr = FEATURES[1]
+    HAS_WINDOW: tl.constexpr = FEATURES[2]
+    HAS_CAP: tl.constexpr = FEATURES[3]
+    HAS_BIAS: tl.constexpr = FEATURES[4]
+    HAS_SEG: tl.constexpr = FEATURES[5]
+    POS_MODE: tl.constexpr = FEATURES[6]
+    ROW64: tl.constexpr = FEATURES[7]
+    DOT_PREC: tl.constexpr = FEATURES[8]
+    dk, dv = state
+    k, v, kpos, kseg, kvalid, kcols = kblock
+    lo, hi, end, qoff = run
+    Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh = ptrs
+    stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn = strides
+    k_ids = (kpos, kseg, kvalid)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     for start in range(lo, hi, BM):
         offs_m = start + tl.arange(0, BM)
         qvalid = offs_m < end
-        if POS_MODE == 0:
-            qpos = offs_m + qoff
-        else:
-            qpos = tl.load(QPOS_b + offs_m, mask=qvalid, other=0).to(tl.int32)
-        if HAS_SEG:
-            qseg = tl.load(QSEG_b + offs_m, mask=qvalid, other=0).to(tl.int32)
+        qpos, qseg = block_ids(QPOS_b, QSEG_b, offs_m, qvalid, qoff, POS_MODE, HAS_SEG)
         go = True
         if TEST:
-            qmin = tl.min(tl.where(qvalid, qpos, POS_INF), 0)
-            qmax = tl.max(tl.where(qvalid, qpos, -POS_INF), 0)
-            if HAS_SEG:
-                qsmin = tl.min(tl.where(qvalid, qseg, POS_INF), 0)
-                qsmax = tl.max(tl.where(qvalid, qseg, -POS_INF), 0)
-            else:
-                qsmin = qmin
-                qsmax = qmax
-            go = block_can_be_allowed(
-                qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
-            )
+            qr = id_ranges(qpos, qseg, qvalid, HAS_SEG)
+            go = block_can_be_allowed(qr, kr, window, CAUSAL, HAS_WINDOW, HAS_SEG)
         if go:
             rows = offs_m.to(tl.int64) if ROW64 else offs_m
             q = load_tile(
@@ -223,14 +174,10 @@ def _dkdv_blocks(
                 m64 = offs_m.to(tl.int64)
                 b_ptrs = BIAS_bh + kcols[:, None] * stride_bn + m64[None, :] * stride_bm
                 bias_t = load_tile(b_ptrs, kvalid, qvalid, True, MASK).to(tl.float32)
-            s_t, t_t = _logits(qk_t, bias_t, scale, qk_scale, cap, HAS_CAP, HAS_BIAS)
-            if MASK:
-                allowed = allowed_mask_t(kpos, qpos, kvalid, qvalid, left, right, CAUSAL, HAS_WINDOW)
-                if HAS_SEG:
-                    allowed = allowed & (kseg[:, None] == qseg[None, :])
-                s_t = tl.where(allowed, s_t, float("-inf"))
-            elif HAS_SEG:
-                s_t = tl.where(kseg[:, None] == qseg[None, :], s_t, float("-inf"))
+            s_t, t_t = logits(qk_t, bias_t, scaling, HAS_CAP, HAS_BIAS)
+            s_t = mask_scores(
+                s_t, k_ids, (qpos, qseg, qvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, True
+            )
             p_t = tl.exp2(s_t - lse2[None, :])
             dv += dot(p_t.to(do.dtype), do, DOT_PREC)
             dp_t = dot(v, tl.trans(do), DOT_PREC)
@@ -339,22 +286,10 @@ def flash_bwd_dkdv_kernel(
     rows = offs_n.to(tl.int64) if ROW64 else offs_n
     kcols = offset_positions(offs_n, KOFF, k_chunk, NKP).to(tl.int64)
     last = tl.minimum(pid_n * BN + BN, Tk) - 1
-    if POS_MODE == 0:
-        kpos = offset_positions(offs_n, KOFF, k_chunk, NKP)
-        kmin = offset_positions(pid_n * BN, KOFF, k_chunk, NKP)
-        kmax = offset_positions(last, KOFF, k_chunk, NKP)
-    else:
-        kpos = tl.load(KPOS + b64 * stride_pkb + offs_n, mask=kvalid, other=0).to(tl.int32)
-        kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
-        kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
-    if HAS_SEG:
-        kseg = tl.load(KSEG + b64 * stride_skb + offs_n, mask=kvalid, other=0).to(tl.int32)
-        ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
-        ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
-    else:
-        kseg = kpos
-        ksmin = kmin
-        ksmax = kmax
+    kpos, kseg, kr = block_positions(
+        KPOS + b64 * stride_pkb, KSEG + b64 * stride_skb, KOFF, offs_n, kvalid, pid_n * BN, last, k_chunk,
+        NKP, POS_MODE, HAS_SEG,
+    )  # fmt: skip
     K_bh = K + b64 * stride_kb + h.to(tl.int64) * stride_kh
     V_bh = V + b64 * stride_vb + h.to(tl.int64) * stride_vh
     k = load_tile(
@@ -367,20 +302,11 @@ def flash_bwd_dkdv_kernel(
     dv = tl.zeros([BN, BDV], dtype=tl.float32)
     qk_scale = scale * LOG2E
 
-    # Query positions that can see these keys: [lo_pos, hi_pos]; that see
-    # every one of them: [full_lo, full_hi].
-    lo_pos = -POS_INF
-    hi_pos = POS_INF
-    full_lo = -POS_INF
-    full_hi = POS_INF
-    if CAUSAL:
-        lo_pos = kmin
-        full_lo = kmax
-    if HAS_WINDOW:
-        lo_pos = tl.maximum(lo_pos, kmin - right)
-        hi_pos = kmax + left
-        full_lo = tl.maximum(full_lo, kmax - right)
-        full_hi = kmin + left
+    visible = visible_query_range(kr, (left, right), CAUSAL, HAS_WINDOW)
+    # The kernel's constexprs as the loop helper takes them (named with the
+    # annotation: a plain assignment would make run-time values of them).
+    SIZES: tl.constexpr = (D, DV, BD, BDV, BM)
+    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
     for g in range(0, group):
         hq = (h * group + g).to(tl.int64)
@@ -392,28 +318,23 @@ def flash_bwd_dkdv_kernel(
         QSEG_b = QSEG + b64 * stride_sqb
         BIAS_bh = BIAS + b64 * stride_bb + hq * stride_bh
         for p in tl.static_range(NQP):
-            a, end = piece_bounds(p, NQP, q_chunk, Tq)
-            qoff = tl.load(QOFF + p)
-            if POS_MODE == 0:
-                t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, qoff, BM)
-            else:
-                t0, t1, t2, t3 = a, end, end, end
+            end, qoff, t = piece_runs(p, NQP, q_chunk, Tq, QOFF, visible, BM, POS_MODE)
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
             # without it, edge blocks again (explicit positions: one masked run).
             for part in tl.static_range(3 if POS_MODE == 0 else 1):
-                if part == 0:
-                    lo, hi = t0, t1
-                elif part == 1:
-                    lo, hi = t1, t2
-                else:
-                    lo, hi = t2, t3
                 dk, dv = _dkdv_blocks(
-                    dk, dv, k, v, kpos, kseg, kvalid, kcols, lo, hi, end, qoff, Q_bh, DO_bh, LSE_bh, DELTA_bh,
-                    QPOS_b, QSEG_b, BIAS_bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bm,
-                    stride_bn, scale, qk_scale, cap, left, right, kmin, kmax, ksmin, ksmax, D, DV, BD,
-                    BDV, BM, part != 1, TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64,
-                    DOT_PREC,
-                )  # fmt: skip
+                    (dk, dv),
+                    (k, v, kpos, kseg, kvalid, kcols),
+                    kr,
+                    (t[part], t[part + 1], end, qoff),
+                    (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh),
+                    (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn),
+                    (scale, qk_scale, cap),
+                    (left, right),
+                    SIZES,
+                    FEATURES,
+                    part != 1,
+                )
 
     dk = dk * scale
     out_rows = (b64 * Tk + offs_n) * H + h
@@ -436,80 +357,43 @@ def flash_bwd_dkdv_kernel(
 
 
 @triton.jit
-def _dq_blocks(
-    dq,
-    q,
-    do,
-    lse2,
-    delta,
-    qpos,
-    qseg,
-    qvalid,
-    offs_m,
-    lo,
-    hi,
-    end,
-    koff,
-    K_bh,
-    V_bh,
-    KPOS_b,
-    KSEG_b,
-    BIAS_bh,
-    stride_kt,
-    stride_kd,
-    stride_vt,
-    stride_vd,
-    stride_bm,
-    stride_bn,
-    scale,
-    qk_scale,
-    cap,
-    left,
-    right,
-    qmin,
-    qmax,
-    qsmin,
-    qsmax,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    BN: tl.constexpr,
-    MASK: tl.constexpr,
-    TEST: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    ROW64: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
+def _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+    """Key blocks of ``run`` against this program's queries, added to ``dq
+    [BM, BD]`` (float32), which it returns.  ``qblock = (q [BM, BD], do [BM,
+    BDV], lse2, delta, qpos, qseg, qvalid, offs_m)`` (vectors [BM]; ``lse2``
+    the base-2 normaliser, ``+inf`` for an empty row); the other arguments
+    as in the forward's ``_fwd_blocks``."""
+    # Constexprs are named one by one, with the annotation: ``a, b = T``
+    # or ``a = T[i]`` would make run-time values of them.
+    D: tl.constexpr = SIZES[0]
+    DV: tl.constexpr = SIZES[1]
+    BD: tl.constexpr = SIZES[2]
+    BDV: tl.constexpr = SIZES[3]
+    BN: tl.constexpr = SIZES[4]
+    TEST: tl.constexpr = FEATURES[0]
+    CAUSAL: tl.constexpr = FEATURES[1]
+    HAS_WINDOW: tl.constexpr = FEATURES[2]
+    HAS_CAP: tl.constexpr = FEATURES[3]
+    HAS_BIAS: tl.constexpr = FEATURES[4]
+    HAS_SEG: tl.constexpr = FEATURES[5]
+    POS_MODE: tl.constexpr = FEATURES[6]
+    ROW64: tl.constexpr = FEATURES[7]
+    DOT_PREC: tl.constexpr = FEATURES[8]
+    q, do, lse2, delta, qpos, qseg, qvalid, offs_m = qblock
+    lo, hi, end, koff = run
+    K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh = ptrs
+    stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn = strides
+    q_ids = (qpos, qseg, qvalid)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     for start in range(lo, hi, BN):
         offs_n = start + tl.arange(0, BN)
         kvalid = offs_n < end
-        if POS_MODE == 0:
-            kpos = offs_n + koff
-        else:
-            kpos = tl.load(KPOS_b + offs_n, mask=kvalid, other=0).to(tl.int32)
-        if HAS_SEG:
-            kseg = tl.load(KSEG_b + offs_n, mask=kvalid, other=0).to(tl.int32)
+        kpos, kseg = block_ids(KPOS_b, KSEG_b, offs_n, kvalid, koff, POS_MODE, HAS_SEG)
         go = True
         if TEST:
-            kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
-            kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
-            if HAS_SEG:
-                ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
-                ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
-            else:
-                ksmin = kmin
-                ksmax = kmax
-            go = block_can_be_allowed(
-                qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
-            )
+            kr = id_ranges(kpos, kseg, kvalid, HAS_SEG)
+            go = block_can_be_allowed(qr, kr, window, CAUSAL, HAS_WINDOW, HAS_SEG)
         if go:
             rows = offs_n.to(tl.int64) if ROW64 else offs_n
             k = load_tile(
@@ -532,14 +416,8 @@ def _dq_blocks(
                 cols = (offs_n + koff).to(tl.int64)
                 b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
                 bias = load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
-            s, t = _logits(qk, bias, scale, qk_scale, cap, HAS_CAP, HAS_BIAS)
-            if MASK:
-                allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
-                if HAS_SEG:
-                    allowed = allowed & (qseg[:, None] == kseg[None, :])
-                s = tl.where(allowed, s, float("-inf"))
-            elif HAS_SEG:
-                s = tl.where(qseg[:, None] == kseg[None, :], s, float("-inf"))
+            s, t = logits(qk, bias, scaling, HAS_CAP, HAS_BIAS)
+            s = mask_scores(s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False)
             p = tl.exp2(s - lse2[:, None])
             dp = dot(do, tl.trans(v), DOT_PREC)
             ds = p * (dp - delta[:, None])
@@ -645,8 +523,8 @@ def flash_bwd_dq_kernel(
     offs_dv = tl.arange(0, BDV)
     rows = offs_m.to(tl.int64) if ROW64 else offs_m
     last = tl.minimum(pid_m * BM + BM, Tq) - 1
-    qpos, qmin, qmax, qseg, qsmin, qsmax = query_block_positions(
-        QPOS, QSEG, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk, b64, stride_pqb, stride_sqb,
+    qpos, qseg, qr = block_positions(
+        QPOS + b64 * stride_pqb, QSEG + b64 * stride_sqb, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk,
         NQP, POS_MODE, HAS_SEG,
     )  # fmt: skip
     q = load_tile(
@@ -683,30 +561,30 @@ def flash_bwd_dq_kernel(
     dq = tl.zeros([BM, BD], dtype=tl.float32)
     qk_scale = scale * LOG2E
 
-    lo_pos, hi_pos, full_lo, full_hi = visible_key_range(qmin, qmax, left, right, CAUSAL, HAS_WINDOW)
+    visible = visible_key_range(qr, (left, right), CAUSAL, HAS_WINDOW)
+    # The kernel's constexprs as the loop helper takes them (named with the
+    # annotation: a plain assignment would make run-time values of them).
+    SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
+    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
     for p in tl.static_range(NKP):
-        a, end = piece_bounds(p, NKP, k_chunk, Tk)
-        koff = tl.load(KOFF + p)
-        if POS_MODE == 0:
-            t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, koff, BN)
-        else:
-            t0, t1, t2, t3 = a, end, end, end
+        end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
         # Three runs of blocks: edge blocks with the mask, fully allowed ones
         # without it, edge blocks again (explicit positions: one masked run).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            if part == 0:
-                lo, hi = t0, t1
-            elif part == 1:
-                lo, hi = t1, t2
-            else:
-                lo, hi = t2, t3
             dq = _dq_blocks(
-                dq, q, do, lse2, delta, qpos, qseg, qvalid, offs_m, lo, hi, end, koff, K_bh, V_bh, KPOS_b,
-                KSEG_b, BIAS_bh, stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn, scale,
-                qk_scale, cap, left, right, qmin, qmax, qsmin, qsmax, D, DV, BD, BDV, BN, part != 1, TEST,
-                CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC,
-            )  # fmt: skip
+                dq,
+                (q, do, lse2, delta, qpos, qseg, qvalid, offs_m),
+                qr,
+                (t[part], t[part + 1], end, koff),
+                (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh),
+                (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn),
+                (scale, qk_scale, cap),
+                (left, right),
+                SIZES,
+                FEATURES,
+                part != 1,
+            )
 
     dq = dq * scale
     out_rows = (b64 * Tq + offs_m) * HQ + hq
@@ -723,7 +601,7 @@ def flash_bwd_dq_kernel(
 @triton.jit
 def _tile_positions(OFF, POS_b, offs, valid, chunk, NP: tl.constexpr, POS_MODE: tl.constexpr):
     """Positions of the indices ``offs`` of one batch row (see
-    _attention_common: piece offsets, or an explicit array)."""
+    flash_common: piece offsets, or an explicit array)."""
     if POS_MODE == 0:
         pos = offset_positions(offs, OFF, chunk, NP)
     else:
@@ -842,7 +720,7 @@ def flash_bwd_dbias_kernel(
         h = hq // group
         qpos = _tile_positions(QOFF, QPOS + b * stride_pqb, offs_m, qvalid, q_chunk, NQP, POS_MODE)
         kpos = _tile_positions(KOFF, KPOS + b * stride_pkb, offs_n, kvalid, k_chunk, NKP, POS_MODE)
-        allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
+        allowed = allowed_mask(qpos, kpos, qvalid, kvalid, (left, right), CAUSAL, HAS_WINDOW)
         if HAS_SEG:
             qseg = tl.load(QSEG + b * stride_sqb + offs_m, mask=qvalid, other=0)
             kseg = tl.load(KSEG + b * stride_skb + offs_n, mask=kvalid, other=0)
@@ -886,7 +764,7 @@ def flash_bwd_dbias_kernel(
             delta = tl.load(DELTA + row + offs_m, mask=qvalid, other=0.0)
             # An empty row has lse = -inf: +inf makes its p exactly 0.
             lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
-            s, _ = _logits(dot(q, tl.trans(k), DOT_PREC), bias, scale, qk_scale, cap, HAS_CAP, True)
+            s, _ = logits(dot(q, tl.trans(k), DOT_PREC), bias, (scale, qk_scale, cap), HAS_CAP, True)
             p = tl.exp2(tl.where(allowed, s, float("-inf")) - lse2[:, None])
             dp = dot(do, tl.trans(v), DOT_PREC)
             acc += p * (dp - delta[:, None])

@@ -18,6 +18,17 @@ Positions.  The kernels see query and key positions in one of two modes:
 
 The bias is always read at column ``j + koff[piece(j)]`` (the key's global
 index), so a ring step reads its own columns of a bias that spans every key.
+
+Grouped arguments.  The kernels hand their helpers tuples of what travels
+together: ``window = (left, right)``, a block's ``id_ranges`` ``(pmin,
+pmax, smin, smax)``, pointers, strides, the loops' constexprs.  Triton
+passes a tuple's leaves as separate arguments, so the compiled code is what
+separate arguments give.  A constexpr inside a tuple stays a compile-time
+constant when the tuple is written in the call or bound with an annotation
+(``T: tl.constexpr = (...)``) and read back one name at a time (``X:
+tl.constexpr = T[i]``).  Compiled Triton (3.6 and 3.9) makes run-time
+values of constexprs bound by ``a, b = T`` or ``a = T[i]`` (a string one
+fails to compile), and the interpreter makes a tensor of ``a = T[i]``.
 """
 
 import triton
@@ -56,13 +67,15 @@ def offset_positions(offs, OFF, chunk, NP: tl.constexpr):
 
 
 @triton.jit
-def block_ranges(lo_pos, hi_pos, full_lo_pos, full_hi_pos, a, b, off, BLK: tl.constexpr):
+def block_ranges(visible, a, b, off, BLK: tl.constexpr):
     """Blocks of ``BLK`` indices of the piece ``[a, b)`` (positions
     ``index + off``) to visit, anchored at ``a``:
 
     ``[t0, t1)`` and ``[t2, t3)`` need the elementwise mask, ``[t1, t2)`` are
-    fully allowed.  Allowed positions lie in ``[lo_pos, hi_pos]``; fully
-    allowed blocks have every position in ``[full_lo_pos, full_hi_pos]``."""
+    fully allowed.  ``visible = (lo_pos, hi_pos, full_lo_pos, full_hi_pos)``:
+    allowed positions lie in ``[lo_pos, hi_pos]``; fully allowed blocks
+    have every position in ``[full_lo_pos, full_hi_pos]``."""
+    lo_pos, hi_pos, full_lo_pos, full_hi_pos = visible
     lo = tl.minimum(tl.maximum(lo_pos - off, a), b)
     hi = tl.minimum(tl.maximum(hi_pos - off + 1, lo), b)
     f_lo = tl.minimum(tl.maximum(full_lo_pos - off, lo), hi)
@@ -75,23 +88,50 @@ def block_ranges(lo_pos, hi_pos, full_lo_pos, full_hi_pos, a, b, off, BLK: tl.co
 
 
 @triton.jit
+def piece_runs(p, NP: tl.constexpr, chunk, T, OFF, visible, BLK: tl.constexpr, POS_MODE: tl.constexpr):
+    """Piece ``p`` of the ``NP`` pieces of a loop's axis (length ``T``):
+    ``(end, off, t)``, its end, its offset and ``t = (t0, t1, t2, t3)``.
+    Run ``r`` of blocks is ``[t[r], t[r + 1])``: masked edge blocks, fully
+    allowed blocks, masked edge blocks (``block_ranges`` of the positions
+    ``visible``).  Explicit positions: one masked run, the whole piece."""
+    a, end = piece_bounds(p, NP, chunk, T)
+    off = tl.load(OFF + p)
+    if POS_MODE == 0:
+        t = block_ranges(visible, a, end, off, BLK)
+    else:
+        t = (a, end, end, end)
+    return end, off, t
+
+
+@triton.jit
+def value_range(x, valid):
+    """``(min, max)`` of ``x`` over its valid entries; ``(POS_INF,
+    -POS_INF)`` when none is valid (then min > max)."""
+    return tl.min(tl.where(valid, x, POS_INF), 0), tl.max(tl.where(valid, x, -POS_INF), 0)
+
+
+@triton.jit
+def id_ranges(pos, seg, valid, HAS_SEG: tl.constexpr):
+    """Ranges of a block's positions and segment ids, ``(pmin, pmax, smin,
+    smax)``; without segment ids the position range stands in (no segment
+    test reads it)."""
+    pmin, pmax = value_range(pos, valid)
+    if HAS_SEG:
+        smin, smax = value_range(seg, valid)
+    else:
+        smin, smax = pmin, pmax
+    return pmin, pmax, smin, smax
+
+
+@triton.jit
 def block_can_be_allowed(
-    qmin,
-    qmax,
-    kmin,
-    kmax,
-    qsmin,
-    qsmax,
-    ksmin,
-    ksmax,
-    left,
-    right,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_SEG: tl.constexpr,
+    qr, kr, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, HAS_SEG: tl.constexpr
 ):
     """False when no (query, key) pair of two blocks can be allowed, from
-    the ranges of their positions and segment ids."""
+    their ``id_ranges`` ``qr`` and ``kr``; ``window = (left, right)``."""
+    qmin, qmax, qsmin, qsmax = qr
+    kmin, kmax, ksmin, ksmax = kr
+    left, right = window
     ok = qmin <= qmax  # a block with no valid row has qmin > qmax
     if CAUSAL:
         ok = ok & (kmin <= qmax)
@@ -103,9 +143,11 @@ def block_can_be_allowed(
 
 
 @triton.jit
-def allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def allowed_mask(qpos, kpos, qvalid, kvalid, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """Elementwise ``allowed(i, j)`` of the spec, without segments, for a
-    tile whose rows are queries (``qpos``) and columns keys (``kpos``)."""
+    tile whose rows are queries (``qpos``) and columns keys (``kpos``);
+    ``window = (left, right)``."""
+    left, right = window
     m = qvalid[:, None] & kvalid[None, :]
     if CAUSAL:
         m = m & (kpos[None, :] <= qpos[:, None])
@@ -116,8 +158,9 @@ def allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL: tl.constexpr, 
 
 
 @triton.jit
-def allowed_mask_t(kpos, qpos, kvalid, qvalid, left, right, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def allowed_mask_t(kpos, qpos, kvalid, qvalid, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """``allowed_mask`` for a transposed tile: rows are keys, columns queries."""
+    left, right = window
     m = kvalid[:, None] & qvalid[None, :]
     if CAUSAL:
         m = m & (kpos[:, None] <= qpos[None, :])
@@ -125,6 +168,59 @@ def allowed_mask_t(kpos, qpos, kvalid, qvalid, left, right, CAUSAL: tl.constexpr
         d = qpos[None, :] - kpos[:, None]
         m = m & (d <= left) & (-d <= right)
     return m
+
+
+@triton.jit
+def mask_scores(
+    s,
+    row_ids,
+    col_ids,
+    window,
+    MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SEG: tl.constexpr,
+    KEY_ROWS: tl.constexpr,
+):
+    """``s`` with ``-inf`` where a pair is not allowed: rows are queries and
+    columns keys, or the transpose with ``KEY_ROWS``.  ``row_ids = (pos,
+    seg, valid)`` of the rows, ``col_ids`` of the columns.  Without ``MASK``
+    the block lies wholly inside the allowed positions and the valid rows
+    and columns: only segment ids are tested."""
+    rpos, rseg, rvalid = row_ids
+    cpos, cseg, cvalid = col_ids
+    if MASK:
+        if KEY_ROWS:
+            allowed = allowed_mask_t(rpos, cpos, rvalid, cvalid, window, CAUSAL, HAS_WINDOW)
+        else:
+            allowed = allowed_mask(rpos, cpos, rvalid, cvalid, window, CAUSAL, HAS_WINDOW)
+        if HAS_SEG:
+            allowed = allowed & (rseg[:, None] == cseg[None, :])
+        s = tl.where(allowed, s, float("-inf"))
+    elif HAS_SEG:
+        s = tl.where(rseg[:, None] == cseg[None, :], s, float("-inf"))
+    return s
+
+
+@triton.jit
+def logits(qk, bias_tile, scaling, HAS_CAP: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Base-2 logits of a tile, and tanh of the capped logits (for the cap's
+    derivative; ``qk`` itself when there is no cap).  ``scaling = (scale,
+    qk_scale, cap)``, ``qk_scale = scale * LOG2E``; ``bias_tile`` is read
+    only with ``HAS_BIAS``."""
+    scale, qk_scale, cap = scaling
+    t = qk
+    if HAS_CAP or HAS_BIAS:
+        s = qk * scale
+        if HAS_CAP:
+            t = tanh(s / cap)
+            s = cap * t
+        if HAS_BIAS:
+            s += bias_tile
+        s = s * LOG2E
+    else:
+        s = qk * qk_scale
+    return s, t
 
 
 @triton.jit
@@ -153,37 +249,54 @@ def store_tile(ptrs, value, rmask, cmask, MASK_ROWS: tl.constexpr, MASK_COLS: tl
 
 
 @triton.jit
-def query_block_positions(
-    QPOS, QSEG, QOFF, offs_m, qvalid, first, last, q_chunk, b64, stride_pqb, stride_sqb,
-    NQP: tl.constexpr, POS_MODE: tl.constexpr, HAS_SEG: tl.constexpr,
+def block_positions(
+    POS_b, SEG_b, OFF, offs, valid, first, last, chunk,
+    NP: tl.constexpr, POS_MODE: tl.constexpr, HAS_SEG: tl.constexpr,
 ):  # fmt: skip
-    """Positions and segment ids of a block of queries (rows ``first`` to
-    ``last``) with their ranges: ``(qpos, qmin, qmax, qseg, qsmin, qsmax)``.
-    Without segment ids the positions stand in (every test passes)."""
+    """Positions and segment ids of a program's own block of indices
+    ``offs`` (``first`` to ``last``, across pieces of ``chunk``) with their
+    ``id_ranges``: ``(pos, seg, ranges)``.  ``POS_b``/``SEG_b``: this batch
+    row of the explicit positions and of the segment ids (read only in the
+    modes that have them)."""
     if POS_MODE == 0:
-        qpos = offset_positions(offs_m, QOFF, q_chunk, NQP)
-        qmin = offset_positions(first, QOFF, q_chunk, NQP)
-        qmax = offset_positions(last, QOFF, q_chunk, NQP)
+        pos = offset_positions(offs, OFF, chunk, NP)
+        pmin = offset_positions(first, OFF, chunk, NP)
+        pmax = offset_positions(last, OFF, chunk, NP)
     else:
-        qpos = tl.load(QPOS + b64 * stride_pqb + offs_m, mask=qvalid, other=0).to(tl.int32)
-        qmin = tl.min(tl.where(qvalid, qpos, POS_INF), 0)
-        qmax = tl.max(tl.where(qvalid, qpos, -POS_INF), 0)
+        pos = tl.load(POS_b + offs, mask=valid, other=0).to(tl.int32)
+        pmin, pmax = value_range(pos, valid)
     if HAS_SEG:
-        qseg = tl.load(QSEG + b64 * stride_sqb + offs_m, mask=qvalid, other=0).to(tl.int32)
-        qsmin = tl.min(tl.where(qvalid, qseg, POS_INF), 0)
-        qsmax = tl.max(tl.where(qvalid, qseg, -POS_INF), 0)
+        seg = tl.load(SEG_b + offs, mask=valid, other=0).to(tl.int32)
+        smin, smax = value_range(seg, valid)
     else:
-        qseg = qpos
-        qsmin = qmin
-        qsmax = qmax
-    return qpos, qmin, qmax, qseg, qsmin, qsmax
+        seg = pos
+        smin, smax = pmin, pmax
+    return pos, seg, (pmin, pmax, smin, smax)
 
 
 @triton.jit
-def visible_key_range(qmin, qmax, left, right, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """Key positions a query block ``[qmin, qmax]`` can see,
+def block_ids(POS_b, SEG_b, offs, valid, off, POS_MODE: tl.constexpr, HAS_SEG: tl.constexpr):
+    """Positions and segment ids ``(pos, seg)`` of a block that a loop
+    visits: indices ``offs`` of one piece, whose offset is ``off``.  Without
+    segment ids the positions stand in."""
+    if POS_MODE == 0:
+        pos = offs + off
+    else:
+        pos = tl.load(POS_b + offs, mask=valid, other=0).to(tl.int32)
+    if HAS_SEG:
+        seg = tl.load(SEG_b + offs, mask=valid, other=0).to(tl.int32)
+    else:
+        seg = pos
+    return pos, seg
+
+
+@triton.jit
+def visible_key_range(qr, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Key positions a query block (its ``id_ranges`` ``qr``) can see,
     ``[lo_pos, hi_pos]``, and those every one of its rows sees,
     ``[full_lo, full_hi]``."""
+    qmin, qmax, _, _ = qr
+    left, right = window
     lo_pos = -POS_INF
     hi_pos = POS_INF
     full_lo = -POS_INF
@@ -196,4 +309,26 @@ def visible_key_range(qmin, qmax, left, right, CAUSAL: tl.constexpr, HAS_WINDOW:
         hi_pos = tl.minimum(hi_pos, qmax + right)
         full_lo = qmax - left
         full_hi = tl.minimum(full_hi, qmin + right)
+    return lo_pos, hi_pos, full_lo, full_hi
+
+
+@triton.jit
+def visible_query_range(kr, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """Query positions that can see a key block (its ``id_ranges`` ``kr``),
+    ``[lo_pos, hi_pos]``, and those that see every one of its keys,
+    ``[full_lo, full_hi]``: the mirror of ``visible_key_range``."""
+    kmin, kmax, _, _ = kr
+    left, right = window
+    lo_pos = -POS_INF
+    hi_pos = POS_INF
+    full_lo = -POS_INF
+    full_hi = POS_INF
+    if CAUSAL:
+        lo_pos = kmin
+        full_lo = kmax
+    if HAS_WINDOW:
+        lo_pos = tl.maximum(lo_pos, kmin - right)
+        hi_pos = kmax + left
+        full_lo = tl.maximum(full_lo, kmax - right)
+        full_hi = kmin + left
     return lo_pos, hi_pos, full_lo, full_hi

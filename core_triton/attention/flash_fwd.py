@@ -7,7 +7,8 @@ running normaliser ``l`` and an unnormalised output ``acc`` in float32
 HQ, Dv]`` (contiguous) and ``lse [B, HQ, Tq]`` float32, the natural-log
 normaliser (``-inf`` for a row with no allowed key and no finite sink;
 every row with no allowed key gets output 0, and with finite sinks ``lse``
-is the log-sum-exp of the sinks alone).  Positions, pieces and block ranges: see _attention_common.
+is the log-sum-exp of the sinks alone).  Positions, pieces and block
+ranges: see flash_common.
 
 Grid: ``(cdiv(Tq, BM), B * HQ)``.  Grouped queries: head ``hq`` reads key
 head ``hq // group``.  Head dims ``D``/``DV`` are padded to powers of two
@@ -21,13 +22,13 @@ import triton.language as tl
 from core_triton.attention.flash_common import (
     LN2,
     LOG2E,
-    POS_INF,
-    allowed_mask,
     block_can_be_allowed,
-    block_ranges,
+    block_ids,
+    block_positions,
+    id_ranges,
     load_tile,
-    piece_bounds,
-    query_block_positions,
+    mask_scores,
+    piece_runs,
     store_tile,
     tanh,
     visible_key_range,
@@ -37,226 +38,97 @@ from core_triton.common.runtime import jit
 
 
 @triton.jit
-def _fwd_blocks(
-    acc,
-    m_i,
-    l_i,
-    q,
-    qpos,
-    qseg,
-    qvalid,
-    offs_m,
-    lo,
-    hi,
-    end,
-    koff,
-    K_bh,
-    V_bh,
-    KPOS_b,
-    KSEG_b,
-    BIAS_bh,
-    stride_kt,
-    stride_kd,
-    stride_vt,
-    stride_vd,
-    stride_bm,
-    stride_bn,
-    qk_scale,
-    scale,
-    cap,
-    left,
-    right,
-    qmin,
-    qmax,
-    qsmin,
-    qsmax,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    BN: tl.constexpr,
-    MASK: tl.constexpr,
-    TEST: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    ROW64: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
-    """Key blocks starting at ``lo, lo + BN, ... < hi`` of the piece ending
-    at ``end``.  ``MASK``: apply the position/edge mask; ``TEST``: skip a
-    block when its position or segment ranges exclude every pair."""
+def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+    """Key blocks ``lo, lo + BN, ... < hi`` of the piece of keys ``[.., end)``
+    whose offset is ``koff``, ``run = (lo, hi, end, koff)``, folded into the
+    online-softmax ``state = (acc [BM, BDV], m_i [BM], l_i [BM])``; returns
+    the new state.
+
+    ``qblock = (q [BM, BD], qpos, qseg, qvalid, offs_m)`` (vectors [BM]) is
+    the program's query block and ``qr`` its ``id_ranges``; ``ptrs = (K_bh,
+    V_bh, KPOS_b, KSEG_b, BIAS_bh)`` point at this (batch, head); ``strides
+    = (kt, kd, vt, vd, bias m, bias n)``; ``scaling = (scale, qk_scale,
+    cap)``; ``window = (left, right)``.  Compile-time: ``SIZES = (D, DV, BD,
+    BDV, BN)``, ``FEATURES = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS,
+    HAS_SEG, POS_MODE, ROW64, DOT_PREC)``.  ``MASK``: apply the
+    position/edge mask; ``TEST``: skip a block when its position or segment
+    ranges exclude every pair."""
+    # Constexprs are named one by one, with the annotation: ``a, b = T``
+    # or ``a = T[i]`` would make run-time values of them.
+    D: tl.constexpr = SIZES[0]
+    DV: tl.constexpr = SIZES[1]
+    BD: tl.constexpr = SIZES[2]
+    BDV: tl.constexpr = SIZES[3]
+    BN: tl.constexpr = SIZES[4]
+    TEST: tl.constexpr = FEATURES[0]
+    CAUSAL: tl.constexpr = FEATURES[1]
+    HAS_WINDOW: tl.constexpr = FEATURES[2]
+    HAS_CAP: tl.constexpr = FEATURES[3]
+    HAS_BIAS: tl.constexpr = FEATURES[4]
+    HAS_SEG: tl.constexpr = FEATURES[5]
+    POS_MODE: tl.constexpr = FEATURES[6]
+    ROW64: tl.constexpr = FEATURES[7]
+    DOT_PREC: tl.constexpr = FEATURES[8]
+    acc, m_i, l_i = state
+    q, qpos, qseg, qvalid, offs_m = qblock
+    lo, hi, end, koff = run
+    K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh = ptrs
+    stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn = strides
+    scale, qk_scale, cap = scaling
+    q_ids = (qpos, qseg, qvalid)
     for start in range(lo, hi, BN):
-        acc, m_i, l_i = _fwd_step(
-            acc,
-            m_i,
-            l_i,
-            q,
-            qpos,
-            qseg,
-            qvalid,
-            offs_m,
-            start,
-            end,
-            koff,
-            K_bh,
-            V_bh,
-            KPOS_b,
-            KSEG_b,
-            BIAS_bh,
-            stride_kt,
-            stride_kd,
-            stride_vt,
-            stride_vd,
-            stride_bm,
-            stride_bn,
-            qk_scale,
-            scale,
-            cap,
-            left,
-            right,
-            qmin,
-            qmax,
-            qsmin,
-            qsmax,
-            D,
-            DV,
-            BD,
-            BDV,
-            BN,
-            MASK,
-            TEST,
-            CAUSAL,
-            HAS_WINDOW,
-            HAS_CAP,
-            HAS_BIAS,
-            HAS_SEG,
-            POS_MODE,
-            ROW64,
-            DOT_PREC,
-        )
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _fwd_step(
-    acc,
-    m_i,
-    l_i,
-    q,
-    qpos,
-    qseg,
-    qvalid,
-    offs_m,
-    start,
-    end,
-    koff,
-    K_bh,
-    V_bh,
-    KPOS_b,
-    KSEG_b,
-    BIAS_bh,
-    stride_kt,
-    stride_kd,
-    stride_vt,
-    stride_vd,
-    stride_bm,
-    stride_bn,
-    qk_scale,
-    scale,
-    cap,
-    left,
-    right,
-    qmin,
-    qmax,
-    qsmin,
-    qsmax,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    BN: tl.constexpr,
-    MASK: tl.constexpr,
-    TEST: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    ROW64: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
-    """One key block ``[start, start + BN)``."""
-    offs_n = start + tl.arange(0, BN)
-    kvalid = offs_n < end
-    if POS_MODE == 0:
-        kpos = offs_n + koff
-    else:
-        kpos = tl.load(KPOS_b + offs_n, mask=kvalid, other=0).to(tl.int32)
-    if HAS_SEG:
-        kseg = tl.load(KSEG_b + offs_n, mask=kvalid, other=0).to(tl.int32)
-    go = True
-    if TEST:
-        kmin = tl.min(tl.where(kvalid, kpos, POS_INF), 0)
-        kmax = tl.max(tl.where(kvalid, kpos, -POS_INF), 0)
-        if HAS_SEG:
-            ksmin = tl.min(tl.where(kvalid, kseg, POS_INF), 0)
-            ksmax = tl.max(tl.where(kvalid, kseg, -POS_INF), 0)
-        else:
-            ksmin = kmin
-            ksmax = kmax
-        go = block_can_be_allowed(
-            qmin, qmax, kmin, kmax, qsmin, qsmax, ksmin, ksmax, left, right, CAUSAL, HAS_WINDOW, HAS_SEG
-        )
-    if go:
-        rows = offs_n.to(tl.int64) if ROW64 else offs_n
-        offs_d = tl.arange(0, BD)
-        offs_dv = tl.arange(0, BDV)
-        k = load_tile(
-            K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd, kvalid, offs_d < D, MASK, D != BD
-        )
-        qk = dot(q, tl.trans(k), DOT_PREC)
-        if HAS_CAP or HAS_BIAS:
-            s = qk * scale
-            if HAS_CAP:
-                s = cap * tanh(s / cap)
-            if HAS_BIAS:
-                cols = (offs_n + koff).to(tl.int64)
-                b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
-                s += load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
-            s = s * LOG2E
-        else:
-            s = qk * qk_scale
-        if MASK:
-            allowed = allowed_mask(qpos, kpos, qvalid, kvalid, left, right, CAUSAL, HAS_WINDOW)
-            if HAS_SEG:
-                allowed = allowed & (qseg[:, None] == kseg[None, :])
-            s = tl.where(allowed, s, float("-inf"))
-        elif HAS_SEG:
-            s = tl.where(qseg[:, None] == kseg[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        if MASK or HAS_SEG or HAS_BIAS:
-            # A row with nothing allowed so far keeps m = -inf: shift by 0
-            # instead, so that exp2(-inf - -inf) never makes a NaN.
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_use = m_new
-        p = tl.exp2(s - m_use[:, None])
-        alpha = tl.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = load_tile(
-            V_bh + rows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
-            kvalid,
-            offs_dv < DV,
-            MASK,
-            DV != BDV,
-        )
-        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
-        m_i = m_new
+        offs_n = start + tl.arange(0, BN)
+        kvalid = offs_n < end
+        kpos, kseg = block_ids(KPOS_b, KSEG_b, offs_n, kvalid, koff, POS_MODE, HAS_SEG)
+        go = True
+        if TEST:
+            kr = id_ranges(kpos, kseg, kvalid, HAS_SEG)
+            go = block_can_be_allowed(qr, kr, window, CAUSAL, HAS_WINDOW, HAS_SEG)
+        if go:
+            rows = offs_n.to(tl.int64) if ROW64 else offs_n
+            offs_d = tl.arange(0, BD)
+            offs_dv = tl.arange(0, BDV)
+            k = load_tile(
+                K_bh + rows[:, None] * stride_kt + offs_d[None, :] * stride_kd,
+                kvalid,
+                offs_d < D,
+                MASK,
+                D != BD,
+            )
+            qk = dot(q, tl.trans(k), DOT_PREC)
+            # flash_common.logits, but reading the bias after the scaling:
+            # the order of the kernel as it was measured (same arithmetic).
+            if HAS_CAP or HAS_BIAS:
+                s = qk * scale
+                if HAS_CAP:
+                    s = cap * tanh(s / cap)
+                if HAS_BIAS:
+                    cols = (offs_n + koff).to(tl.int64)
+                    b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
+                    s += load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
+                s = s * LOG2E
+            else:
+                s = qk * qk_scale
+            s = mask_scores(s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            if MASK or HAS_SEG or HAS_BIAS:
+                # A row with nothing allowed so far keeps m = -inf: shift by 0
+                # instead, so that exp2(-inf - -inf) never makes a NaN.
+                m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            else:
+                m_use = m_new
+            p = tl.exp2(s - m_use[:, None])
+            alpha = tl.exp2(m_i - m_use)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = load_tile(
+                V_bh + rows[:, None] * stride_vt + offs_dv[None, :] * stride_vd,
+                kvalid,
+                offs_dv < DV,
+                MASK,
+                DV != BDV,
+            )
+            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
+            m_i = m_new
     return acc, m_i, l_i
 
 
@@ -361,8 +233,8 @@ def flash_fwd_kernel(
     BIAS_bh = BIAS + b64 * stride_bb + hq.to(tl.int64) * stride_bh
 
     last = tl.minimum(pid_m * BM + BM, Tq) - 1
-    qpos, qmin, qmax, qseg, qsmin, qsmax = query_block_positions(
-        QPOS, QSEG, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk, b64, stride_pqb, stride_sqb,
+    qpos, qseg, qr = block_positions(
+        QPOS + b64 * stride_pqb, QSEG + b64 * stride_sqb, QOFF, offs_m, qvalid, pid_m * BM, last, q_chunk,
         NQP, POS_MODE, HAS_SEG,
     )  # fmt: skip
 
@@ -374,73 +246,30 @@ def flash_fwd_kernel(
     m_i = tl.full([BM], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BM], dtype=tl.float32)
 
-    lo_pos, hi_pos, full_lo, full_hi = visible_key_range(qmin, qmax, left, right, CAUSAL, HAS_WINDOW)
+    visible = visible_key_range(qr, (left, right), CAUSAL, HAS_WINDOW)
+    # The kernel's constexprs as the loop helper takes them (named with the
+    # annotation: a plain assignment would make run-time values of them).
+    SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
+    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
     for p in tl.static_range(NKP):
-        a, end = piece_bounds(p, NKP, k_chunk, Tk)
-        koff = tl.load(KOFF + p)
-        if POS_MODE == 0:
-            t0, t1, t2, t3 = block_ranges(lo_pos, hi_pos, full_lo, full_hi, a, end, koff, BN)
-        else:
-            t0, t1, t2, t3 = a, end, end, end
+        end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
         # Three runs of key blocks: edge blocks with the mask, fully allowed
         # blocks without it, edge blocks again (explicit positions: one run,
         # all masked).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            if part == 0:
-                lo, hi = t0, t1
-            elif part == 1:
-                lo, hi = t1, t2
-            else:
-                lo, hi = t2, t3
             acc, m_i, l_i = _fwd_blocks(
-                acc,
-                m_i,
-                l_i,
-                q,
-                qpos,
-                qseg,
-                qvalid,
-                offs_m,
-                lo,
-                hi,
-                end,
-                koff,
-                K_bh,
-                V_bh,
-                KPOS_b,
-                KSEG_b,
-                BIAS_bh,
-                stride_kt,
-                stride_kd,
-                stride_vt,
-                stride_vd,
-                stride_bm,
-                stride_bn,
-                qk_scale,
-                scale,
-                cap,
-                left,
-                right,
-                qmin,
-                qmax,
-                qsmin,
-                qsmax,
-                D,
-                DV,
-                BD,
-                BDV,
-                BN,
+                (acc, m_i, l_i),
+                (q, qpos, qseg, qvalid, offs_m),
+                qr,
+                (t[part], t[part + 1], end, koff),
+                (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh),
+                (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn),
+                (scale, qk_scale, cap),
+                (left, right),
+                SIZES,
+                FEATURES,
                 part != 1,
-                TEST,
-                CAUSAL,
-                HAS_WINDOW,
-                HAS_CAP,
-                HAS_BIAS,
-                HAS_SEG,
-                POS_MODE,
-                ROW64,
-                DOT_PREC,
             )
 
     if HAS_SINK:
