@@ -2,6 +2,8 @@
 
 * Compiled kernels (a CUDA JAX): ``jax_triton.triton_call``, imported only
   here, with a sequential batching rule so the call works under ``vmap``.
+  The ops fold ``vmap`` above this level (jax_api._fold): a launch is
+  vmapped only where they cannot (one launch per element then).
 * Interpreted kernels (``TRITON_INTERPRET=1``): the same kernel runs in
   Triton's interpreter inside ``jax.pure_callback``; buffers cross to torch
   CPU tensors over DLPack (the interpreter takes torch tensors only).

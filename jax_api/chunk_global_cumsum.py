@@ -22,12 +22,17 @@ def chunk_global_cumsum(
     s: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
     Returns the same shape in ``output_dtype`` (default: s's dtype).
     """
-    plans = core.plans(
-        info(s, "s"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-        softmax_scale,
-        head_first,
-        dtype_arg(output_dtype),
-    )
-    return apply(plans, cu_seqlens, {"x": s})
+    info(s, "s")  # a non-array gets its TypeError under the argument's name
+    cu = info(cu_seqlens, "cu_seqlens")
+
+    def plan(infos):
+        return core.plans(
+            infos["x"],
+            reverse,
+            cu,
+            softmax_scale,
+            head_first,
+            dtype_arg(output_dtype),
+        )
+
+    return apply(plan, cu_seqlens, {"x": s})

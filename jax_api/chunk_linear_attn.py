@@ -30,16 +30,16 @@ def chunk_linear_attn(
     may be traced under ``jax.jit``.
     """
     operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
-    plans = core.plans(
-        info(query, "query"),
-        info(key, "key"),
-        info(value, "value"),
-        info(g, "g"),
-        info(g_gamma, "g_gamma"),
-        softmax_scale,
-        info(initial_state, "initial_state"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-        chunk_size,
-    )
-    return apply(plans, cu_seqlens, operands)
+    cu = info(cu_seqlens, "cu_seqlens")
+
+    def plan(infos):
+        return core.plans(
+            *(infos.get(n) for n in ("query", "key", "value", "g", "g_gamma")),
+            softmax_scale,
+            infos.get("initial_state"),
+            reverse,
+            cu,
+            chunk_size,
+        )
+
+    return apply(plan, cu_seqlens, operands, shared=("g_gamma",))

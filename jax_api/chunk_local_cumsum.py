@@ -24,13 +24,18 @@ def chunk_local_cumsum(
     g: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
     Returns the same shape in ``output_dtype`` (default: g's dtype).
     """
-    plans = core.plans(
-        info(g, "g"),
-        chunk_size,
-        reverse,
-        softmax_scale,
-        info(cu_seqlens, "cu_seqlens"),
-        head_first,
-        dtype_arg(output_dtype),
-    )
-    return apply(plans, cu_seqlens, {"x": g})
+    info(g, "g")  # a non-array gets its TypeError under the argument's name
+    cu = info(cu_seqlens, "cu_seqlens")
+
+    def plan(infos):
+        return core.plans(
+            infos["x"],
+            chunk_size,
+            reverse,
+            softmax_scale,
+            cu,
+            head_first,
+            dtype_arg(output_dtype),
+        )
+
+    return apply(plan, cu_seqlens, {"x": g})

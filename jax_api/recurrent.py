@@ -32,11 +32,15 @@ def recurrent(
     operands = dict(
         query=query, key=key, value=value, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state
     )
-    plans = core.plans(
-        *(info(operands[n], n) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
-        softmax_scale,
-        info(initial_state, "initial_state"),
-        reverse,
-        info(cu_seqlens, "cu_seqlens"),
-    )
-    return apply(plans, cu_seqlens, operands)
+    cu = info(cu_seqlens, "cu_seqlens")
+
+    def plan(infos):
+        return core.plans(
+            *(infos.get(n) for n in ("query", "key", "value", "g", "g_gamma", "gk", "gv")),
+            softmax_scale,
+            infos.get("initial_state"),
+            reverse,
+            cu,
+        )
+
+    return apply(plan, cu_seqlens, operands, shared=("g_gamma",))

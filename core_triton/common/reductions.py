@@ -16,7 +16,10 @@ data size a compile-time constant):
   blocks of ``BR`` and writes row ``p`` of its output.  The first launch
   spreads the rows over ``P`` programs (one program alone took 50 us for
   16k rows on the H100); the second sums the ``[P, F]`` partials with
-  ``P = 1``.  The last output has the parameter's dtype.
+  ``P = 1``.  The last output has the parameter's dtype.  ``groups``
+  matrices side by side (``[R, groups * F]``) get each group's column sums
+  in the same two launches, with the bits one group alone gets: a folded
+  ``vmap`` (jax_api._fold) sums a per-head gradient per element this way.
 """
 
 import triton.language as tl
@@ -71,14 +74,23 @@ def head_sum_kernel(x, R, RC, out, F: tl.constexpr, BR: tl.constexpr, BF: tl.con
     tl.store(out + i_p * F + o_f, tl.sum(acc, axis=0).to(out.dtype.element_ty), mask=m_f)
 
 
-def head_sum_plans(src: str, rows: int, features: int, dtype: str, output_name: str, interpreted: bool):
+def head_sum_plans(
+    src: str, rows: int, features: int, dtype: str, output_name: str, interpreted: bool, groups: int = 1
+):
     """The two launches that sum input ``src`` (``[rows, features]`` float32)
     over its rows into ``output_name`` (``[features]``, ``dtype``).
+
+    ``groups``: ``src`` is ``[rows, groups * features]``, that many
+    matrices side by side, and ``output_name`` is ``[groups * features]``.
+    The blocks (``BF``, ``BR``, ``P``) are those of one group alone, so every
+    column is summed in the order, and in the tile shape, of the ungrouped
+    launch: each group gets the ungrouped bits.
 
     ``rows`` (a token count, or sequences times value tiles) reaches the
     kernel as a run-time argument and sets only the grid: a new number of
     tokens or packed sequences compiles nothing new."""
     bf = min(next_power_of_2(features), 64)
+    width = groups * features
     # Rows per block: small under the interpreter, so that the tests' short
     # inputs still spread over several programs.
     br = 16 if interpreted else max(16, min(64, 4096 // bf))
@@ -88,17 +100,28 @@ def head_sum_plans(src: str, rows: int, features: int, dtype: str, output_name: 
     # constant, which would compile another variant of the kernel.
     P = max(2, min(1024, cdiv(rows, 4 * br)))
     passes = (
-        (rows, max(2, cdiv(rows, P)), P, src, OutputSpec((P, features), "float32"), f"{output_name}_parts"),
-        (P, P, 1, f"{output_name}_parts", OutputSpec((features,), dtype), output_name),
+        (rows, max(2, cdiv(rows, P)), P, src, OutputSpec((P, width), "float32"), f"{output_name}_parts"),
+        (P, P, 1, f"{output_name}_parts", OutputSpec((width,), dtype), output_name),
     )
     return tuple(
         LaunchPlan(
             kernel=head_sum_kernel,
-            grid=(cdiv(features, bf), programs),
+            grid=(cdiv(width, bf), programs),
             params=(In(name), n_rows, rows_each),
             outputs=(spec,),
             output_names=(out,),
-            constexprs=dict(F=features, BR=br, BF=bf),
+            constexprs=dict(F=width, BR=br, BF=bf),
         )
         for n_rows, rows_each, programs, name, spec, out in passes
     )
+
+
+def head_sum_source(steps, output_name: str) -> tuple[str, int, int, str] | None:
+    """``(src, rows, features, dtype)`` of the launch pair of
+    :func:`head_sum_plans` in ``steps`` that writes ``output_name``, or None
+    if there is none."""
+    by_output = {s.output_names[0]: s for s in steps if s.kernel is head_sum_kernel}
+    first, last = by_output.get(f"{output_name}_parts"), by_output.get(output_name)
+    if first is None or last is None:
+        return None
+    return first.params[0].name, first.params[1], first.constexprs["F"], last.outputs[0].dtype
