@@ -17,11 +17,17 @@ def chunk_global_cumsum(
     head_first: bool = False,
     output_dtype: object | None = None,
 ) -> jax.Array:
-    """Inclusive prefix (``reverse``: suffix) sums over each sequence.
+    """Inclusive prefix sums over each whole sequence (``reverse``: suffix sums),
+    times ``softmax_scale`` if given.
 
-    s: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
-    Returns the same shape in ``output_dtype`` (default: s's dtype).
-    """
+    s: ``[B, T, H]`` or ``[B, T, H, S]`` float (``[B, H, T(, S)]`` with
+    ``head_first``); cu_seqlens: int32/int64 ``[N+1]`` for packed input (``B
+    == 1``).  Defaults: ``reverse=False, cu_seqlens=None, softmax_scale=None,
+    head_first=False, output_dtype=None`` (s's dtype). Returns s's shape in
+    ``output_dtype`` (anything ``jnp.dtype`` accepts or None); differentiable
+    in ``s``.
+
+    Reference: docs/api.md#chunk_global_cumsum"""
     info(s, "s")  # a non-array gets its TypeError under the argument's name
     cu = info(cu_seqlens, "cu_seqlens")
 

@@ -21,14 +21,20 @@ def chunk_linear_attn(
     cu_seqlens: jax.Array | None = None,
     chunk_size: int = 64,
 ) -> tuple[jax.Array, jax.Array]:
-    """Gated linear attention with scalar gates, computed chunk-parallel.
+    """Gated linear attention with scalar gates, computed chunk-parallel:
+    ``recurrent`` restricted to ``g`` and ``g_gamma``; returns ``(output,
+    final_state)``.
 
-    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``,
-    g ``[B, T, H]`` and g_gamma ``[H]`` (log decays), initial_state
-    ``[N, H, K, V]``.  Returns ``(output [B, T, HQ, V], final_state [N, H,
-    K, V] float32)``; differentiable in every float input.  ``cu_seqlens``
-    may be traced under ``jax.jit``.
-    """
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``
+    (float32/bfloat16/float16, one dtype; ``HQ % H == 0``; K, V <= 256);
+    optional log-space gates g ``[B, T, H]``, g_gamma ``[H]``; initial_state
+    ``[N, H, K, V]``; cu_seqlens int32/int64 ``[N+1]`` for packed input (``B
+    == 1``).  Defaults: optional inputs None, ``softmax_scale=None`` (``K **
+    -0.5``), ``reverse=False``, ``chunk_size=64`` (a power of two, 16..256).
+    Returns output ``[B, T, HQ, V]`` (query's dtype) and final_state ``[N, H,
+    K, V]`` float32; differentiable in every float input.
+
+    Reference: docs/api.md#chunk_linear_attn"""
     operands = dict(query=query, key=key, value=value, g=g, g_gamma=g_gamma, initial_state=initial_state)
     cu = info(cu_seqlens, "cu_seqlens")
 

@@ -18,12 +18,18 @@ def chunk_local_cumsum(
     head_first: bool = False,
     output_dtype: object | None = None,
 ) -> jax.Array:
-    """Inclusive sums inside windows of ``chunk_size`` tokens, restarting at
-    every sequence's first token.
+    """Inclusive running sums inside windows of ``chunk_size`` tokens that start
+    at every sequence's first token (``reverse``: sums to the window's end),
+    times ``softmax_scale`` if given.
 
-    g: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
-    Returns the same shape in ``output_dtype`` (default: g's dtype).
-    """
+    g: ``[B, T, H]`` or ``[B, T, H, S]`` float (``[B, H, T(, S)]`` with
+    ``head_first``); chunk_size: a positive power of two; cu_seqlens:
+    int32/int64 ``[N+1]`` for packed input (``B == 1``).  Defaults:
+    ``reverse=False, softmax_scale=None, cu_seqlens=None, head_first=False,
+    output_dtype=None`` (g's dtype).  Returns g's shape in ``output_dtype``
+    (anything ``jnp.dtype`` accepts or None); differentiable in ``g``.
+
+    Reference: docs/api.md#chunk_local_cumsum"""
     info(g, "g")  # a non-array gets its TypeError under the argument's name
     cu = info(cu_seqlens, "cu_seqlens")
 

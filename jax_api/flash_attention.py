@@ -263,13 +263,22 @@ def flash_attention(
     kv_positions: jax.Array | None = None,
     return_lse: bool = False,
 ):
-    """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``,
-    value ``[B, Tk, H, Dv]`` -> output ``[B, Tq, HQ, Dv]`` (and ``lse [B, HQ,
-    Tq]`` float32 with ``return_lse``).  See the spec for every option.
-    ``bias [B|1, HQ|1, Tq, Tk]``: its gradient has its shape and dtype, and
-    is computed only when JAX differentiates the bias; to use a bias as a
+    """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``, value
+    ``[B, Tk, H, Dv]`` (one float dtype; ``HQ % H == 0``; D, Dv <= 256) ->
+    output ``[B, Tq, HQ, Dv]`` (and ``lse [B, HQ, Tq]`` float32 with
+    ``return_lse``).
+
+    Optional, all None/False by default: segment ids int32/int64 ``[B, T]``,
+    sinks ``softmax_aux [HQ]`` or ``[HQ, S]``, ``bias [B|1, HQ|1, Tq, Tk]``,
+    ``sliding_window`` ``w`` or ``(left, right)``, ``causal``,
+    ``logits_soft_cap``, ``softmax_scale`` (default ``D ** -0.5``), positions
+    int32/int64 ``[B, T]`` or ``[T]``.  Differentiable in query, key, value,
+    softmax_aux and bias; the bias's gradient has its shape and dtype and is
+    computed only when JAX differentiates the bias (to use a bias as a
     constant, close over it, leave it out of ``argnums`` or pass
-    ``jax.lax.stop_gradient(bias)`` (module docstring)."""
+    ``jax.lax.stop_gradient(bias)``).
+
+    Reference: docs/api.md#flash_attention"""
     plans, return_lse = core.plans(
         info(query),
         info(key),

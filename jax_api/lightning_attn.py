@@ -23,12 +23,19 @@ def lightning_attn(
     cu_seqlens: jax.Array | None = None,
     mode: str = "chunk",
 ) -> tuple[jax.Array, jax.Array]:
-    """Linear attention with the depth-dependent per-head decay.
+    """Linear attention with the per-head constant decay ``g_gamma[h] = -(8 / H)
+    * (1 - layer_idx / num_layers) * h``; returns ``(output, final_state)``.
 
-    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``,
-    initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
-    final_state ``[N, H, K, V]`` float32.
-    """
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``; ``0
+    <= layer_idx < num_layers``; initial_state ``[N, H, K, V]``; cu_seqlens
+    int32/int64 ``[N+1]`` for packed input.  Defaults: ``softmax_scale=None``
+    (``K ** -0.5``), ``initial_state=None``, ``reverse=False``,
+    ``cu_seqlens=None``, ``mode="chunk"`` (or ``"recurrent"``).  Returns
+    output ``[B, T, HQ, V]`` and final_state ``[N, H, K, V]`` float32;
+    differentiable in query, key, value and initial_state (the decay is a
+    constant).
+
+    Reference: docs/api.md#lightning_attn"""
     g_gamma, mode = core.decay(info(key, "key"), layer_idx, num_layers, mode)
     op = chunk_linear_attn if mode == "chunk" else recurrent
     return op(

@@ -54,14 +54,18 @@ def ring_attention(
     axis_name=None,
     group=None,
 ):
-    """``flash_attention`` over the whole sequence, called inside
-    ``shard_map`` (use ``check_vma=False``) with the local shards:
-    ``query [B, T_local, HQ, D]``, ``key/value [B, T_local, H, D(v)]``, ids
-    and positions ``[B, T_local]``, ``bias [B|1, HQ|1, T_local, n*T_local]``
-    (local queries against every key, global key order).  ``zigzag``: the
-    shards are in the zig-zag layout (see ``zigzag_reorder``).
-    ``axis_name``: the ring's mesh axis (required); ``group`` is the
-    PyTorch binding's and must be None here.  Explicit positions are global."""
+    """``flash_attention`` over a sequence sharded across devices, called inside
+    ``shard_map`` (with ``check_vma=False``) over ``axis_name`` (required)
+    with the local shards: ``query [B, T_local, HQ, D]``, ``key/value [B,
+    T_local, H, D(v)]``, segment ids and positions ``[B, T_local]``, ``bias
+    [B|1, HQ|1, T_local, n*T_local]`` (global key order).  Same options and
+    defaults as ``flash_attention``; explicit positions are global. ``zigzag``
+    (default False): the shards are in the zig-zag layout
+    (``zigzag_reorder``). ``group`` is the PyTorch binding's and must be None
+    here.  Returns the local output ``[B, T_local, HQ, Dv]`` (and ``lse [B,
+    HQ, T_local]`` float32 with ``return_lse``).
+
+    Reference: docs/api.md#ring_attention"""
     if axis_name is None:
         raise ValueError("axis_name must name the shard_map axis of the ring")
     if group is not None:
@@ -200,15 +204,21 @@ def ring_attention(
 
 
 def zigzag_reorder(x, ring_size: int, axis: int = 1):
-    """Global sequence -> zig-zag layout along ``axis``: shard ``r`` of the
-    result (equal split in ``ring_size``) holds chunks ``r`` and
-    ``2n-1-r`` of ``2n``."""
+    """Global sequence -> zig-zag layout along ``axis`` (default 1): shard ``r``
+    of an equal split in ``n = ring_size`` holds chunks ``r`` and ``2n-1-r``
+    of ``2n``.  ``x.shape[axis]`` must be a multiple of ``2 * ring_size``
+    (``ValueError``).
+
+    Reference: docs/api.md#zigzag_reorder"""
     order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
     return jnp.take(x, order, axis=axis)
 
 
 def zigzag_restore(x, ring_size: int, axis: int = 1):
-    """Inverse of ``zigzag_reorder``."""
+    """Inverse of ``zigzag_reorder``: zig-zag layout along ``axis`` (default 1)
+    back to the global order.
+
+    Reference: docs/api.md#zigzag_restore"""
     order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
     return jnp.take(x, np.argsort(order), axis=axis)
 
@@ -226,12 +236,15 @@ def ring_attention_mesh(
     zigzag: bool = False,
     **options,
 ):
-    """The ring on global arrays: shards them along ``seq_len`` over
-    ``mesh``'s ``axis_name`` (reordering into the zig-zag layout first if
-    asked, and back after), runs ``ring_attention`` under ``shard_map`` and
-    returns global results.  ``bias [B|1, HQ|1, T, T]`` is split along its
-    query axis.  ``options``: the rest of ``flash_attention``'s options
-    (positions are not taken here; they follow from the layout)."""
+    """JAX only: ``ring_attention`` on global arrays.  Shards them along
+    ``seq_len`` over ``mesh``'s ``axis_name`` (reordering into the zig-zag
+    layout first if ``zigzag``, and back after), runs ``ring_attention`` under
+    ``shard_map`` and returns global results.  ``bias [B|1, HQ|1, T, T]`` is
+    split along its query axis.  ``options``: ``sliding_window``, ``causal``,
+    ``logits_soft_cap``, ``softmax_scale``, ``return_lse`` (positions follow
+    from the layout).
+
+    Reference: docs/api.md#ring_attention_mesh"""
     from jax.sharding import PartitionSpec as P
 
     n = mesh.shape[axis_name]

@@ -20,13 +20,16 @@ from jax_api._launch import info
 
 def check_cu_seqlens(cu_seqlens: jax.Array, seq_len: int) -> None:
     """Raise ``ValueError`` unless ``cu_seqlens`` (int32/int64 ``[N+1]``) starts
-    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length).
+    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length);
+    ``TypeError`` for another type or dtype, or a traced ``cu_seqlens``.
 
-    The ops never read ``cu_seqlens`` on the host (it may be traced, and a
-    copy would wait for the device): out-of-contract values are clamped by
-    the kernels, which stay inside their arrays and give 0 to tokens of no
-    sequence.  Call this, outside ``jax.jit``, where you want the error
-    instead.  It copies ``cu_seqlens`` to the host."""
+    The ops never read ``cu_seqlens`` values on the host (it may be traced,
+    and a copy would wait for the device): they clamp out-of-contract values,
+    stay inside their arrays, and give 0 to tokens of no sequence.  Call this,
+    once outside ``jax.jit``, where you want the error instead. It copies
+    ``cu_seqlens`` to the host.
+
+    Reference: docs/api.md#check_cu_seqlens"""
     _check_cu(cu_seqlens)
     if isinstance(cu_seqlens, jax.core.Tracer):
         raise TypeError("check_cu_seqlens needs concrete cu_seqlens (call it outside jax.jit)")
@@ -34,7 +37,9 @@ def check_cu_seqlens(cu_seqlens: jax.Array, seq_len: int) -> None:
 
 
 def cdiv(a, b):
-    """Ceiling division of ints or integer arrays."""
+    """Ceiling division ``-(-a // b)`` of ints or integer arrays.
+
+    Reference: docs/api.md#cdiv"""
     return _cdiv(a, b)
 
 
@@ -44,26 +49,39 @@ def _check_cu(cu_seqlens):
 
 
 def prepare_lens(cu_seqlens: jax.Array) -> jax.Array:
-    """``[N]`` sequence lengths."""
+    """``[N]`` sequence lengths of ``cu_seqlens`` (int32/int64 ``[N+1]``), in its
+    dtype.  Works under ``jax.jit``.
+
+    Reference: docs/api.md#prepare_lens"""
     cu_seqlens = _check_cu(cu_seqlens)
     return cu_seqlens[1:] - cu_seqlens[:-1]
 
 
 def prepare_lens_from_mask(mask: jax.Array) -> jax.Array:
-    """``[B]`` int32 count of true entries of a ``[B, T]`` attention mask."""
+    """``[B]`` int32: the number of true entries of each row of a ``[B, T]``
+    mask.  Works under ``jax.jit``.
+
+    Reference: docs/api.md#prepare_lens_from_mask"""
     if not isinstance(mask, (jax.Array, np.ndarray)) or mask.ndim != 2:
         raise ValueError("mask must be a [B, T] array")
     return jnp.sum(mask, axis=-1, dtype=jnp.int32)
 
 
 def prepare_cu_seqlens_from_mask(mask: jax.Array, out_dtype=jnp.int32) -> jax.Array:
-    """``[B+1]`` cumulative lengths of the rows of a ``[B, T]`` mask."""
+    """``[B+1]`` cumulative lengths ``[0, cumsum(lens)]`` of the rows of a ``[B,
+    T]`` mask, in ``out_dtype`` (default int32).  Works under ``jax.jit``.
+
+    Reference: docs/api.md#prepare_cu_seqlens_from_mask"""
     lens = prepare_lens_from_mask(mask)
     return jnp.pad(jnp.cumsum(lens), (1, 0)).astype(out_dtype)
 
 
 def prepare_chunk_offsets(cu_seqlens: jax.Array, chunk_size: int) -> jax.Array:
-    """``[N+1]`` int32 cumulative chunk counts (chunks of ``chunk_size``)."""
+    """``[N+1]`` int32 cumulative chunk counts of ``cu_seqlens`` (int32/int64
+    ``[N+1]``) for chunks of ``chunk_size`` tokens (a positive power of two).
+    Works under ``jax.jit``.
+
+    Reference: docs/api.md#prepare_chunk_offsets"""
     chunk_size = checks.check_power_of_two(chunk_size, "chunk_size")
     n_chunks = cdiv(prepare_lens(cu_seqlens), chunk_size)
     return jnp.pad(jnp.cumsum(n_chunks), (1, 0)).astype(jnp.int32)
@@ -86,27 +104,47 @@ def _ids_over(offsets: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def prepare_sequence_ids(cu_seqlens: jax.Array) -> jax.Array:
-    """``[T]`` int32 sequence id of every token."""
+    """``[T]`` int32 sequence id of every token of ``cu_seqlens`` (int32/int64
+    ``[N+1]``, ``T = cu_seqlens[-1]``).  Needs concrete ``cu_seqlens`` (its
+    output size is one of its values).
+
+    Reference: docs/api.md#prepare_sequence_ids"""
     return _ids_over(_check_cu(cu_seqlens))[0]
 
 
 def prepare_position_ids(cu_seqlens: jax.Array) -> jax.Array:
-    """``[T]`` int32 position of every token inside its sequence."""
+    """``[T]`` int32 position of every token inside its sequence, for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``, ``T = cu_seqlens[-1]``).  Needs
+    concrete ``cu_seqlens`` (its output size is one of its values).
+
+    Reference: docs/api.md#prepare_position_ids"""
     return _ids_over(_check_cu(cu_seqlens))[1]
 
 
 def prepare_token_indices(cu_seqlens: jax.Array) -> jax.Array:
-    """``[T, 2]`` int32 (sequence id, position) of every token."""
+    """``[T, 2]`` int32 (sequence id, position) of every token, for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``).  Needs concrete ``cu_seqlens``
+    (its output size is one of its values).
+
+    Reference: docs/api.md#prepare_token_indices"""
     return jnp.stack(_ids_over(_check_cu(cu_seqlens)), axis=1)
 
 
 def prepare_chunk_indices(cu_seqlens: jax.Array, chunk_size: int) -> jax.Array:
-    """``[total_chunks, 2]`` int32 (sequence id, chunk index in sequence)."""
+    """``[total_chunks, 2]`` int32 (sequence id, chunk index in the sequence) of
+    every chunk of ``chunk_size`` tokens (a positive power of two), for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``).  Needs concrete ``cu_seqlens``
+    (its output size is one of its values).
+
+    Reference: docs/api.md#prepare_chunk_indices"""
     return jnp.stack(_ids_over(prepare_chunk_offsets(cu_seqlens, chunk_size)), axis=1)
 
 
 def identity_dtype_convert(dtype):
-    """Identity whose backward casts the cotangent to ``dtype``."""
+    """Identity whose backward casts the cotangent to ``dtype`` (anything
+    ``jnp.dtype`` accepts).
+
+    Reference: docs/api.md#identity_dtype_convert"""
     try:
         dtype = jnp.dtype(dtype)
     except TypeError:

@@ -1,5 +1,5 @@
 """Float64 reference for softmax attention, written plainly with numpy:
-the full score matrix, the spec's mask, the softmax with sinks, and the
+the full score matrix, the mask of docs/api.md#flash_attention, the softmax with sinks, and the
 gradients (the adjoint of each step, including through ``lse``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ def _f64(x):
 
 
 def allowed(B, Tq, Tk, causal, window, q_segment_ids, kv_segment_ids, q_positions, kv_positions):
-    """allowed[b, i, j] of the spec (bool [B, Tq, Tk])."""
+    """allowed[b, i, j] of docs/api.md#flash_attention (bool [B, Tq, Tk])."""
 
     def pos(p, T):
         if p is None:

@@ -1,5 +1,5 @@
-"""Float64 reference for (gated) linear attention, written as the spec's loop
-over time.  Written in torch float64 so that autograd gives the reference
+"""Float64 reference for (gated) linear attention, written as the loop over
+time of docs/api.md#recurrent.  Written in torch float64 so that autograd gives the reference
 gradients of the same plain loop (no hand-derived backward to get wrong)."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def linear_attention_ref(
     d_output=None,
     d_final_state=None,
 ):
-    """The spec's recurrence in float64.
+    """The recurrence of docs/api.md#recurrent in float64.
 
     inputs: numpy arrays by argument name (query, key, value and any of g,
     g_gamma, gk, gv, initial_state).  Returns (output, final_state, grads):
@@ -106,6 +106,6 @@ def linear_attention_ref(
 
 
 def lightning_g_gamma(num_heads: int, layer_idx: int, num_layers: int) -> np.ndarray:
-    """The spec's per-head decay of lightning attention, ``[H]`` float64."""
+    """The per-head decay of lightning attention (docs/api.md#lightning_attn), ``[H]`` float64."""
     h = np.arange(num_heads, dtype=np.float64)
     return -(8.0 / num_heads) * (1.0 - layer_idx / num_layers) * h

@@ -50,10 +50,16 @@ def chunk_local_cumsum(
     head_first: bool = False,
     output_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Inclusive sums inside windows of ``chunk_size`` tokens, restarting at
-    every sequence's first token.
+    """Inclusive running sums inside windows of ``chunk_size`` tokens that start
+    at every sequence's first token (``reverse``: sums to the window's end),
+    times ``softmax_scale`` if given.
 
-    g: ``[B, T, H]`` or ``[B, T, H, S]`` (``[B, H, T(, S)]`` if head_first).
-    Returns the same shape in ``output_dtype`` (default: g's dtype).
-    """
+    g: ``[B, T, H]`` or ``[B, T, H, S]`` float (``[B, H, T(, S)]`` with
+    ``head_first``); chunk_size: a positive power of two; cu_seqlens:
+    int32/int64 ``[N+1]`` for packed input (``B == 1``).  Defaults:
+    ``reverse=False, softmax_scale=None, cu_seqlens=None, head_first=False,
+    output_dtype=None`` (g's dtype).  Returns g's shape in ``output_dtype`` (a
+    torch.dtype or None); differentiable in ``g``.
+
+    Reference: docs/api.md#chunk_local_cumsum"""
     return _OP(g, chunk_size, reverse, softmax_scale, cu_seqlens, head_first, output_dtype)[0]

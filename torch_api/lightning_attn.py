@@ -70,12 +70,19 @@ def lightning_attn(
     cu_seqlens: torch.Tensor | None = None,
     mode: str = "chunk",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Linear attention with the depth-dependent per-head decay.
+    """Linear attention with the per-head constant decay ``g_gamma[h] = -(8 / H)
+    * (1 - layer_idx / num_layers) * h``; returns ``(output, final_state)``.
 
-    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``,
-    initial_state ``[N, H, K, V]``.  Returns output ``[B, T, HQ, V]`` and
-    final_state ``[N, H, K, V]`` float32.
-    """
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``; ``0
+    <= layer_idx < num_layers``; initial_state ``[N, H, K, V]``; cu_seqlens
+    int32/int64 ``[N+1]`` for packed input.  Defaults: ``softmax_scale=None``
+    (``K ** -0.5``), ``initial_state=None``, ``reverse=False``,
+    ``cu_seqlens=None``, ``mode="chunk"`` (or ``"recurrent"``).  Returns
+    output ``[B, T, HQ, V]`` and final_state ``[N, H, K, V]`` float32;
+    differentiable in query, key, value and initial_state (the decay is a
+    constant).
+
+    Reference: docs/api.md#lightning_attn"""
     return _OP(
         query, key, value, layer_idx, num_layers, softmax_scale, initial_state, reverse, cu_seqlens, mode
     )

@@ -57,11 +57,17 @@ def recurrent(
     reverse: bool = False,
     cu_seqlens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gated linear attention, token by token.
+    """Gated linear attention, token by token: returns ``(output, final_state)``.
 
-    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``;
-    gates (log decays) g ``[B, T, H]``, g_gamma ``[H]``, gk ``[B, T, H, K]``,
-    gv ``[B, T, H, V]``; initial_state ``[N, H, K, V]``.  Returns output
-    ``[B, T, HQ, V]`` (query's dtype) and final_state ``[N, H, K, V]`` float32.
-    """
+    query ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``
+    (float32/bfloat16/float16, one dtype; ``HQ % H == 0``; K, V <= 256);
+    optional log-space gates g ``[B, T, H]``, g_gamma ``[H]``, gk ``[B, T, H,
+    K]``, gv ``[B, T, H, V]``; initial_state ``[N, H, K, V]`` (``N = B`` or
+    the number of packed sequences); cu_seqlens int32/int64 ``[N+1]`` for
+    packed input (``B == 1``).  Defaults: every optional input None,
+    ``softmax_scale=None`` (``K ** -0.5``), ``reverse=False``.  Returns output
+    ``[B, T, HQ, V]`` (query's dtype) and final_state ``[N, H, K, V]``
+    float32; differentiable in every float input.
+
+    Reference: docs/api.md#recurrent"""
     return _OP(query, key, value, g, g_gamma, gk, gv, softmax_scale, initial_state, reverse, cu_seqlens)

@@ -285,13 +285,18 @@ def ring_attention(
     axis_name=None,
     group=None,
 ):
-    """``flash_attention`` over the whole sequence, called on every rank of
-    ``group`` (None: the default group) with the local shards: ``query [B,
-    T_local, HQ, D]``, ``key/value [B, T_local, H, D(v)]``, ids and
-    positions ``[B, T_local]``, ``bias [B|1, HQ|1, T_local, n*T_local]``
-    (global key order).  ``zigzag``: the shards are in the zig-zag layout
-    (``zigzag_reorder``).  ``axis_name`` is the JAX binding's and must be
-    None here.  Explicit positions are global."""
+    """``flash_attention`` over a sequence sharded across devices, called on
+    every rank of ``group`` (None: the default ``torch.distributed`` group)
+    with the local shards: ``query [B, T_local, HQ, D]``, ``key/value [B,
+    T_local, H, D(v)]``, segment ids and positions ``[B, T_local]``, ``bias
+    [B|1, HQ|1, T_local, n*T_local]`` (global key order).  Same options and
+    defaults as ``flash_attention``; explicit positions are global. ``zigzag``
+    (default False): the shards are in the zig-zag layout
+    (``zigzag_reorder``). ``axis_name`` is the JAX binding's and must be None
+    here.  Returns the local output ``[B, T_local, HQ, Dv]`` (and ``lse [B,
+    HQ, T_local]`` float32 with ``return_lse``).
+
+    Reference: docs/api.md#ring_attention"""
     if axis_name is not None:
         raise ValueError("axis_name is for the JAX binding; PyTorch takes group (None: the default group)")
     if not dist.is_initialized():
@@ -317,11 +322,18 @@ def _layout(n: int, length: int, zigzag: bool, device: torch.device) -> tuple[to
 
 
 def zigzag_reorder(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tensor:
-    """Global sequence -> zig-zag layout along ``axis`` (shard ``r`` of an
-    equal split holds chunks ``r`` and ``2n-1-r`` of ``2n``)."""
+    """Global sequence -> zig-zag layout along ``axis`` (default 1): shard ``r``
+    of an equal split in ``n = ring_size`` holds chunks ``r`` and ``2n-1-r``
+    of ``2n``.  ``x.shape[axis]`` must be a multiple of ``2 * ring_size``
+    (``ValueError``).
+
+    Reference: docs/api.md#zigzag_reorder"""
     return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[0])
 
 
 def zigzag_restore(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tensor:
-    """Inverse of ``zigzag_reorder``."""
+    """Inverse of ``zigzag_reorder``: zig-zag layout along ``axis`` (default 1)
+    back to the global order.
+
+    Reference: docs/api.md#zigzag_restore"""
     return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[1])

@@ -15,7 +15,9 @@ from torch_api._launch import info
 
 
 def cdiv(a, b):
-    """Ceiling division of ints or integer tensors."""
+    """Ceiling division ``-(-a // b)`` of ints or integer tensors.
+
+    Reference: docs/api.md#cdiv"""
     return _cdiv(a, b)
 
 
@@ -27,13 +29,15 @@ def _check_cu(cu_seqlens) -> torch.Tensor:
 
 def check_cu_seqlens(cu_seqlens: torch.Tensor, seq_len: int) -> None:
     """Raise ``ValueError`` unless ``cu_seqlens`` (int32/int64 ``[N+1]``) starts
-    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length).
+    at 0, never decreases and ends at ``seq_len`` (the packed inputs' length);
+    ``TypeError`` for another type or dtype.
 
-    The ops never read ``cu_seqlens`` on the host (that would wait for the
-    GPU on every call): out-of-contract values are clamped by the kernels,
-    which stay inside their tensors and give 0 to tokens of no sequence.
-    Call this, once, where you want the error instead.  It copies
-    ``cu_seqlens`` to the host."""
+    The ops never read ``cu_seqlens`` values on the host (that would wait for
+    the GPU on every call): they clamp out-of-contract values, stay inside
+    their tensors, and give 0 to tokens of no sequence.  Call this, once,
+    where you want the error instead. It copies ``cu_seqlens`` to the host.
+
+    Reference: docs/api.md#check_cu_seqlens"""
     _check_cu(cu_seqlens)
     checks.check_cu_seqlens_values(cu_seqlens.detach().cpu().numpy(), int(seq_len))
 
@@ -43,20 +47,29 @@ def _check_chunk(chunk_size) -> int:
 
 
 def prepare_lens(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """``[N]`` sequence lengths."""
+    """``[N]`` sequence lengths of ``cu_seqlens`` (int32/int64 ``[N+1]``), in its
+    dtype.
+
+    Reference: docs/api.md#prepare_lens"""
     cu_seqlens = _check_cu(cu_seqlens)
     return cu_seqlens[1:] - cu_seqlens[:-1]
 
 
 def prepare_lens_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """``[B]`` int32 count of true entries of a ``[B, T]`` attention mask."""
+    """``[B]`` int32: the number of true entries of each row of a ``[B, T]``
+    mask.
+
+    Reference: docs/api.md#prepare_lens_from_mask"""
     if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
         raise ValueError("mask must be a [B, T] tensor")
     return mask.sum(-1, dtype=torch.int32)
 
 
 def prepare_cu_seqlens_from_mask(mask: torch.Tensor, out_dtype=torch.int32) -> torch.Tensor:
-    """``[B+1]`` cumulative lengths of the rows of a ``[B, T]`` mask."""
+    """``[B+1]`` cumulative lengths ``[0, cumsum(lens)]`` of the rows of a ``[B,
+    T]`` mask, in ``out_dtype`` (default int32).
+
+    Reference: docs/api.md#prepare_cu_seqlens_from_mask"""
     lens = prepare_lens_from_mask(mask)
     out = torch.zeros(lens.numel() + 1, dtype=out_dtype, device=mask.device)
     out[1:] = lens.cumsum(0)
@@ -64,7 +77,10 @@ def prepare_cu_seqlens_from_mask(mask: torch.Tensor, out_dtype=torch.int32) -> t
 
 
 def prepare_chunk_offsets(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """``[N+1]`` int32 cumulative chunk counts (chunks of ``chunk_size``)."""
+    """``[N+1]`` int32 cumulative chunk counts of ``cu_seqlens`` (int32/int64
+    ``[N+1]``) for chunks of ``chunk_size`` tokens (a positive power of two).
+
+    Reference: docs/api.md#prepare_chunk_offsets"""
     chunk_size = _check_chunk(chunk_size)
     n_chunks = cdiv(prepare_lens(cu_seqlens), chunk_size)
     out = torch.zeros(n_chunks.numel() + 1, dtype=torch.int32, device=cu_seqlens.device)
@@ -83,22 +99,35 @@ def _ids_over(offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def prepare_sequence_ids(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """``[T]`` int32 sequence id of every token."""
+    """``[T]`` int32 sequence id of every token of ``cu_seqlens`` (int32/int64
+    ``[N+1]``, ``T = cu_seqlens[-1]``).
+
+    Reference: docs/api.md#prepare_sequence_ids"""
     return _ids_over(_check_cu(cu_seqlens))[0]
 
 
 def prepare_position_ids(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """``[T]`` int32 position of every token inside its sequence."""
+    """``[T]`` int32 position of every token inside its sequence, for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``, ``T = cu_seqlens[-1]``).
+
+    Reference: docs/api.md#prepare_position_ids"""
     return _ids_over(_check_cu(cu_seqlens))[1]
 
 
 def prepare_token_indices(cu_seqlens: torch.Tensor) -> torch.Tensor:
-    """``[T, 2]`` int32 (sequence id, position) of every token."""
+    """``[T, 2]`` int32 (sequence id, position) of every token, for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``).
+
+    Reference: docs/api.md#prepare_token_indices"""
     return torch.stack(_ids_over(_check_cu(cu_seqlens)), dim=1)
 
 
 def prepare_chunk_indices(cu_seqlens: torch.Tensor, chunk_size: int) -> torch.Tensor:
-    """``[total_chunks, 2]`` int32 (sequence id, chunk index in sequence)."""
+    """``[total_chunks, 2]`` int32 (sequence id, chunk index in the sequence) of
+    every chunk of ``chunk_size`` tokens (a positive power of two), for
+    ``cu_seqlens`` (int32/int64 ``[N+1]``).
+
+    Reference: docs/api.md#prepare_chunk_indices"""
     return torch.stack(_ids_over(prepare_chunk_offsets(cu_seqlens, chunk_size)), dim=1)
 
 
@@ -114,7 +143,11 @@ class _IdentityDtypeConvert(torch.autograd.Function):
 
 
 def identity_dtype_convert(dtype: torch.dtype):
-    """Identity whose backward casts the cotangent to ``dtype``."""
+    """Identity whose backward casts the cotangent to ``dtype`` (a torch.dtype).
+    Autograd casts a gradient back to its input's dtype, so the cotangent's
+    values are rounded through ``dtype``.
+
+    Reference: docs/api.md#identity_dtype_convert"""
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__}")
     return lambda x: _IdentityDtypeConvert.apply(x, dtype)

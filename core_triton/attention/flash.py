@@ -1,4 +1,4 @@
-"""``flash_attention``: softmax attention, single device (spec: SPEC.md).
+"""``flash_attention``: softmax attention, single device (docs/api.md#flash_attention).
 
 Shapes: ``query [B, Tq, HQ, D]``, ``key [B, Tk, H, D]``, ``value [B, Tk, H,
 Dv]`` (``HQ % H == 0``, ``D, Dv <= 256``); ``output [B, Tq, HQ, Dv]`` and
@@ -212,7 +212,7 @@ def validate(
     return_lse=False,
     kv_len: int | None = None,
 ):
-    """The spec's argument checks; returns ``(Options, return_lse)``.
+    """The argument checks of docs/api.md#flash_attention; returns ``(Options, return_lse)``.
     ``kv_len``: the length of the whole key sequence (the bias's last dim)
     when ``key`` is one shard of it (the ring)."""
     for info, name in ((query, "query"), (key, "key"), (value, "value")):

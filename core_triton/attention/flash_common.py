@@ -144,7 +144,7 @@ def block_can_be_allowed(
 
 @triton.jit
 def allowed_mask(qpos, kpos, qvalid, kvalid, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """Elementwise ``allowed(i, j)`` of the spec, without segments, for a
+    """Elementwise ``allowed(i, j)`` (docs/api.md#flash_attention), without segments, for a
     tile whose rows are queries (``qpos``) and columns keys (``kpos``);
     ``window = (left, right)``."""
     left, right = window

@@ -1,4 +1,4 @@
-"""Argument checks of the spec, written once for both bindings.
+"""Argument checks of the public API (docs/api.md), written once for both bindings.
 
 They see shapes, dtype names and plain Python values only.  Every failure is
 a ``ValueError`` or ``TypeError`` naming the argument; none of them is an

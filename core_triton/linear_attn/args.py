@@ -1,5 +1,6 @@
 """Argument checks shared by the linear-attention ops (recurrent, chunk,
-lightning): shapes, dtypes and options of the spec, before any kernel runs."""
+lightning): shapes, dtypes and options as docs/api.md#linear-attention states
+them, before any kernel runs."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def validate(
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
 ) -> LinearAttnArgs:
-    """Check every argument against the spec; raise ValueError/TypeError
+    """Check every argument (docs/api.md#linear-attention); raise ValueError/TypeError
     naming the first one that is wrong."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t is None:

@@ -1,6 +1,6 @@
 """``chunk_linear_attn``: linear attention with scalar gates, chunk-parallel.
 
-The spec's recurrence (``recurrent`` restricted to ``g [B,T,H]`` and
+The recurrence of docs/api.md#recurrent (restricted to ``g [B,T,H]`` and
 ``g_gamma [H]``), computed over chunks of ``chunk_size`` tokens that start
 at each sequence's first token.  Launch sequence, forward:
 

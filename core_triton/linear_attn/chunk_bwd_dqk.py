@@ -12,7 +12,7 @@ and once per state head
     dk += exp(b_tot - b)[:, None] * (v @ dh[slot]^T)
 
 Gate gradient.  With ``B_t`` the log decay accumulated from the sequence's
-start (reversed: from its end) to token ``t``, the spec's recurrence reads
+start (reversed: from its end) to token ``t``, the recurrence (docs/api.md#recurrent) reads
 ``o_t = scale * (q_t e^{B_t}) . sum_j (k_j e^{-B_j}) v_j^T (+ h0 term)``
 and ``final = e^{B_last} (...)``, so
 ``dL/dB_t = sum_group q_t . dq_t - k_t . dk_t`` (plus ``<dht, final>`` at

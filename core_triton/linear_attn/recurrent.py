@@ -1,6 +1,6 @@
 """``recurrent``: linear attention with any mix of gates, token by token.
 
-Semantics: ../SPEC.md, "Recurrent linear attention".  Shapes: query
+Semantics: docs/api.md#recurrent.  Shapes: query
 ``[B, T, HQ, K]``, key ``[B, T, H, K]``, value ``[B, T, H, V]``, g
 ``[B, T, H]``, g_gamma ``[H]``, gk ``[B, T, H, K]``, gv ``[B, T, H, V]``,
 initial/final state ``[N, H, K, V]`` float32.  Returns output

@@ -1,7 +1,7 @@
 """The chunk-parallel linear-attention tests, written once; each framework's
 test module subclasses them with its adapter (``fw``).  Inputs and checks
 are the recurrent suite's (``make_case``, ``check_case``: float64 reference
-of the spec's loop, every gradient, nonzero final-state cotangent).
+of the recurrence in docs/api.md, every gradient, nonzero final-state cotangent).
 
 Shapes are small (the CPU interpreter is slow) but exercise every path:
 several chunks with a partial last one, packed sequences that start
