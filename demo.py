@@ -186,8 +186,8 @@ def main():
         f"kernels: {'Triton interpreter on the CPU' if interpreted else torch.cuda.get_device_name()}; "
         f"jax {jax.__version__} ({jax.default_backend()}), torch {torch.__version__}; float32 inputs"
     )
-    head = f"{'op (packed cu_seqlens=[0,40,40,100] where it applies)':44} {'torch vs f64':>13} {'jax vs f64':>11}"
-    print(f"\n{head}  torch vs jax")
+    op_title = "op (packed cu_seqlens=[0,40,40,100] where it applies)"
+    print(f"\n{op_title:44} {'torch vs f64':>13} {'jax vs f64':>11}  torch vs jax")
     worst = 0.0
     all_same = True
     for name, (fn, inputs, cts, ref) in _cases(device).items():
