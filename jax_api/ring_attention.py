@@ -19,6 +19,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
+from core_triton.common.checks import check_bool
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
@@ -70,6 +71,7 @@ def ring_attention(
         raise ValueError("axis_name must name the shard_map axis of the ring")
     if group is not None:
         raise ValueError("group is for the PyTorch binding; JAX takes axis_name")
+    zigzag = check_bool(zigzag, "zigzag")
     n = lax.psum(1, axis_name)
     if not isinstance(n, int):
         n = int(n)
@@ -210,7 +212,7 @@ def zigzag_reorder(x, ring_size: int, axis: int = 1):
     (``ValueError``).
 
     Reference: docs/api.md#zigzag_reorder"""
-    order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
+    order = np.asarray(core.zigzag_order(ring_size, x.shape[axis]))
     return jnp.take(x, order, axis=axis)
 
 
@@ -219,7 +221,7 @@ def zigzag_restore(x, ring_size: int, axis: int = 1):
     back to the global order.
 
     Reference: docs/api.md#zigzag_restore"""
-    order = np.asarray(core.zigzag_order(int(ring_size), x.shape[axis]))
+    order = np.asarray(core.zigzag_order(ring_size, x.shape[axis]))
     return jnp.take(x, np.argsort(order), axis=axis)
 
 

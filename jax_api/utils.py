@@ -62,9 +62,11 @@ def prepare_lens_from_mask(mask: jax.Array) -> jax.Array:
     mask.  Works under ``jax.jit``.
 
     Reference: docs/api.md#prepare_lens_from_mask"""
-    if not isinstance(mask, (jax.Array, np.ndarray)) or mask.ndim != 2:
-        raise ValueError("mask must be a [B, T] array")
-    return jnp.sum(mask, axis=-1, dtype=jnp.int32)
+    if not isinstance(mask, (jax.Array, np.ndarray)):
+        raise TypeError(f"mask must be a jax.Array (or a numpy array), got {type(mask).__name__}")
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    return jnp.sum(mask != 0, axis=-1, dtype=jnp.int32)
 
 
 def prepare_cu_seqlens_from_mask(mask: jax.Array, out_dtype=jnp.int32) -> jax.Array:

@@ -328,6 +328,7 @@ def zigzag_reorder(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tens
     (``ValueError``).
 
     Reference: docs/api.md#zigzag_reorder"""
+    core.zigzag_order(ring_size, x.shape[axis])  # ValueError/TypeError naming ring_size
     return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[0])
 
 
@@ -336,4 +337,5 @@ def zigzag_restore(x: torch.Tensor, ring_size: int, axis: int = 1) -> torch.Tens
     back to the global order.
 
     Reference: docs/api.md#zigzag_restore"""
+    core.zigzag_order(ring_size, x.shape[axis])  # ValueError/TypeError naming ring_size
     return x.index_select(axis, _layout(int(ring_size), x.shape[axis], True, x.device)[1])

@@ -60,9 +60,11 @@ def prepare_lens_from_mask(mask: torch.Tensor) -> torch.Tensor:
     mask.
 
     Reference: docs/api.md#prepare_lens_from_mask"""
-    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
-        raise ValueError("mask must be a [B, T] tensor")
-    return mask.sum(-1, dtype=torch.int32)
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dim() != 2:
+        raise ValueError(f"mask must be [B, T], got shape {tuple(mask.shape)}")
+    return (mask != 0).sum(-1, dtype=torch.int32)
 
 
 def prepare_cu_seqlens_from_mask(mask: torch.Tensor, out_dtype=torch.int32) -> torch.Tensor:

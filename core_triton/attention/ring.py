@@ -29,6 +29,7 @@ schedule both bindings walk; they keep only the moving of shards
 from __future__ import annotations
 
 import functools
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,6 +208,10 @@ def plans(
 def zigzag_order(n: int, length: int) -> list[int]:
     """Token indices of the zig-zag layout: ``global[order]`` is the
     concatenation of the shards of devices 0..n-1."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"ring_size must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"ring_size must be >= 1, got {n}")
     if length % (2 * n):
         raise ValueError(f"zigzag needs seq_len divisible by 2 * ring size = {2 * n}, got {length}")
     c = length // (2 * n)
