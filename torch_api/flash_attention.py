@@ -18,7 +18,8 @@ from core_triton.common.checks import check_bool
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 
-_PARAMS = (
+# The op's arguments (ring_attention's start with them).
+PARAMS = (
     Param("query", "Tensor"),
     Param("key", "Tensor"),
     Param("value", "Tensor"),
@@ -84,14 +85,14 @@ def _backward(a, outputs, extras, cotangents, needs, state):
     inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
     dk, dv = launch(dkdv_plan, inputs)
     (dq,) = launch(dq_plan, inputs)
-    need = dict(zip((p.name for p in _PARAMS if p.is_tensor), needs, strict=True))
+    need = dict(zip((p.name for p in PARAMS if p.is_tensor), needs, strict=True))
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
     # Bias shape and dtype, reduced over broadcast dims inside the launch;
     # nothing is launched or allocated when the bias needs no gradient.
     db = launch(plans.dbias(info(dout)), inputs)[0] if need["bias"] else None
     grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
-    return tuple(grads.get(p.name) for p in _PARAMS if p.is_tensor)
+    return tuple(grads.get(p.name) for p in PARAMS if p.is_tensor)
 
 
 def _empty(spec, device):
@@ -106,7 +107,7 @@ def _fake_forward(a):
 
 def _fake_backward(a, outputs, extras, cotangents, needs):
     _plans(a, fake_info)
-    need = dict(zip((p.name for p in _PARAMS if p.is_tensor), needs, strict=True))
+    need = dict(zip((p.name for p in PARAMS if p.is_tensor), needs, strict=True))
 
     def like(name):
         t = a[name]
@@ -116,10 +117,10 @@ def _fake_backward(a, outputs, extras, cotangents, needs):
     for n in ("softmax_aux", "bias"):
         if need[n] and a[n] is not None:
             grads[n] = like(n)
-    return tuple(grads.get(p.name) for p in _PARAMS if p.is_tensor)
+    return tuple(grads.get(p.name) for p in PARAMS if p.is_tensor)
 
 
-_OP = TorchOp("flash_attention", _PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
+_OP = TorchOp("flash_attention", PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
 
 
 def sink_grad(sink, lse, delta):

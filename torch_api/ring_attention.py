@@ -20,6 +20,7 @@ from core_triton.attention.flash import window_pair
 from core_triton.common.checks import check_bool
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
+from torch_api.flash_attention import PARAMS as FLASH_PARAMS
 from torch_api.flash_attention import sink_grad
 
 
@@ -139,23 +140,8 @@ def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, pla
     return dq.to(q.dtype), acc["dk"].to(k.dtype), acc["dv"].to(v.dtype), db, delta
 
 
-_PARAMS = (
-    Param("query", "Tensor"),
-    Param("key", "Tensor"),
-    Param("value", "Tensor"),
-    Param("q_segment_ids", "Tensor?"),
-    Param("kv_segment_ids", "Tensor?"),
-    Param("softmax_aux", "Tensor?"),
-    Param("bias", "Tensor?"),
-    Param("sliding_window", "int[]?"),
-    Param("causal", "bool"),
-    Param("logits_soft_cap", "float?"),
-    Param("softmax_scale", "float?"),
-    Param("q_positions", "Tensor?"),
-    Param("kv_positions", "Tensor?"),
-    Param("zigzag", "bool"),
-    Param("group_name", "str?"),
-)
+# flash_attention's arguments, then the ring's own.
+_PARAMS = (*FLASH_PARAMS, Param("zigzag", "bool"), Param("group_name", "str?"))
 _TENSORS = tuple(p.name for p in _PARAMS if p.is_tensor)
 
 
