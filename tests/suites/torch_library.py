@@ -275,7 +275,11 @@ class CudaGraphSuite:
         def step():
             outs = fn(**static)
             outs = outs if isinstance(outs, tuple) else (outs,)
-            return outs, torch.autograd.grad(outs, [static[n] for n in grads], cts, allow_unused=True)
+            # A scalar loss whose gradient hands the op exactly ``cts`` (the
+            # recipe of PyTorch's whole-network capture): no grad_outputs
+            # made outside the capture for the engine to synchronise with.
+            loss = sum((o.float() * c.float()).sum() for o, c in zip(outs, cts, strict=True))
+            return outs, torch.autograd.grad(loss, [static[n] for n in grads], allow_unused=True)
 
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
