@@ -37,7 +37,10 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   # Tests that take tens of GB (marked xdist_group("gpu_memory")) run after
   # the rest, alone on the GPU: beside 15 busy workers one ran out of memory.
   # SKIP_MAIN=1 / SKIP_BIG=1 leave out one of the two halves (one device
-  # call is at most 10 minutes).
+  # call is at most 10 minutes).  DONE=<logs> (paths joined by ':') leaves
+  # out the tests those logs (run with PYTEST_ARGS=-vv) show as passed: a
+  # later call of the same commit goes on where a cut one stopped.
+  [ -z "${DONE:-}" ] || export TWINKERNELS_DONE="$DONE"
   [ -n "${SKIP_MAIN:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
     -m "not xdist_group" --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
   [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
