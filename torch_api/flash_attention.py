@@ -42,7 +42,7 @@ def _plans(a, info_of):
         *(info_of(a[n]) for n in ("query", "key", "value", "q_segment_ids", "kv_segment_ids")),
         info_of(a["softmax_aux"]),
         info_of(a["bias"]),
-        None if a["sliding_window"] is None else tuple(a["sliding_window"]),  # int[] arrives as a list
+        a["sliding_window"],
         a["causal"],
         a["logits_soft_cap"],
         a["softmax_scale"],

@@ -153,7 +153,7 @@ def _plans(a, info_of, n):
         n,
         a["zigzag"],
         *(info_of(a[x]) for x in ("q_segment_ids", "kv_segment_ids", "softmax_aux", "bias")),
-        None if a["sliding_window"] is None else tuple(a["sliding_window"]),  # int[] arrives as a list
+        a["sliding_window"],
         a["causal"],
         a["logits_soft_cap"],
         a["softmax_scale"],

@@ -52,7 +52,7 @@ from core_triton.attention.flash_fwd import flash_fwd_kernel
 from core_triton.common import checks
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import autotune, interpreter_requested
-from core_triton.common.utils import cdiv, next_power_of_2
+from core_triton.common.utils import cached_checks, cdiv, next_power_of_2
 
 MAX_HEAD_DIM = 256
 # Windows wider than this are unbounded (positions stay below 2**29).
@@ -548,6 +548,7 @@ def attention_plans(
     return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))
 
 
+@cached_checks(maxsize=1024)
 def plans(
     query: TensorInfo,
     key: TensorInfo,
@@ -569,26 +570,6 @@ def plans(
     of ``q_positions``/``kv_positions`` is ``arange(T)`` (the bindings make
     it; see :func:`missing_positions`).  Calls with the same arguments share
     one result (the checks cost host time on every eager call)."""
-    if isinstance(sliding_window, list):
-        sliding_window = tuple(sliding_window)
-    try:
-        return _cached_plans(
-            query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
-            logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
-        )  # fmt: skip
-    except TypeError as e:
-        if "unhashable" not in str(e):
-            raise
-    return _plans(
-        query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
-        logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
-    )  # fmt: skip
-
-
-def _plans(
-    query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, sliding_window, causal,
-    logits_soft_cap, softmax_scale, q_positions, kv_positions, return_lse,
-):  # fmt: skip
     opts, return_lse = validate(
         query,
         key,
@@ -625,10 +606,6 @@ def _plans(
         ),
         return_lse,
     )
-
-
-# typed: True and 1 (or 1.0) must not share a result (1 is no bool).
-_cached_plans = functools.lru_cache(maxsize=1024, typed=True)(_plans)
 
 
 def missing_positions(query_len: int, key_len: int, q_positions, kv_positions) -> dict[str, int]:

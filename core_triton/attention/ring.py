@@ -28,13 +28,13 @@ schedule both bindings walk; they keep only the moving of shards
 
 from __future__ import annotations
 
-import functools
 import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from core_triton.attention import flash as fa
 from core_triton.common.launch import TensorInfo
+from core_triton.common.utils import cached_checks
 
 
 def offsets(rank, n: int, t_local: int, zigzag: bool) -> list:
@@ -120,7 +120,7 @@ class RingSchedule:
         return out
 
 
-@functools.lru_cache(maxsize=256)
+@cached_checks(maxsize=256)
 def plans(
     query: TensorInfo,
     key: TensorInfo,

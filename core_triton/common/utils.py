@@ -1,5 +1,7 @@
 """Small integer helpers shared by the launch plans."""
 
+import functools
+
 
 def cdiv(a, b):
     """Ceiling division, ``-(-a // b)``; works on ints and on array types."""
@@ -28,3 +30,32 @@ def prod(shape) -> int:
     for s in shape:
         n *= int(s)
     return n
+
+
+def cached_checks(maxsize: int):
+    """Decorator: cache a planner that checks its arguments, so an eager call
+    with arguments seen before costs one lookup.
+
+    Lists become tuples first (a framework may hand ``[left, right]`` for a
+    pair).  The cache is typed: ``True`` and ``1`` (or ``1.0``) never share a
+    result, so a check that refuses an int for a bool still runs.  An
+    argument that cannot be hashed skips the cache, and the planner's own
+    check names it."""
+
+    def wrap(fn):
+        cached = functools.lru_cache(maxsize=maxsize, typed=True)(fn)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+            kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+            try:
+                hash((args, tuple(kwargs.items())))
+            except TypeError:
+                return fn(*args, **kwargs)
+            return cached(*args, **kwargs)
+
+        call.cache_clear = cached.cache_clear
+        return call
+
+    return wrap

@@ -1,6 +1,9 @@
 """Launch plans: grids sized from shapes alone, every slot accounted for."""
 
+import pytest
+
 from core_triton import TensorInfo, cdiv
+from core_triton.attention import flash, ring
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
 from core_triton.cumsum import chunk_local as chunk_local_cumsum
@@ -49,3 +52,22 @@ def test_packed_outputs_are_zero_filled():
         assert p[-1].outputs[0].fill == 0.0
     (p,) = chunk_local_cumsum.plans(_info((2, 100, 4)), 16).forward
     assert p.outputs[0].fill is None
+
+
+def test_cached_planners_still_check_every_call():
+    """flash and ring plans are cached per argument set, and the cache never
+    hides a check: a list window is a pair, 1 is no bool, an unhashable
+    argument gets its check's own error."""
+    q = TensorInfo((1, 8, 2, 16), "float32", (256, 32, 16, 1))
+    assert flash.plans(q, q, q, sliding_window=[3, 4], causal=True) is flash.plans(
+        q, q, q, sliding_window=(3, 4), causal=True
+    )
+    assert ring.plans(q, q, q, 2, False, sliding_window=[3, 4]) is ring.plans(
+        q, q, q, 2, False, sliding_window=(3, 4)
+    )
+    for planner, extra in ((flash.plans, ()), (ring.plans, (2, False))):
+        planner(q, q, q, *extra, causal=True)
+        with pytest.raises(TypeError, match="causal"):
+            planner(q, q, q, *extra, causal=1)
+        with pytest.raises(TypeError, match="sliding_window"):
+            planner(q, q, q, *extra, sliding_window=([1], 2))
