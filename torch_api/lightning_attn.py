@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from core_triton import TensorInfo
-from core_triton.linear_attn import chunk, lightning, recurrent
+from core_triton.linear_attn import lightning
 from torch_api._launch import device_constant
 from torch_api._library import Param, fake_info
 from torch_api._op import define
@@ -17,24 +16,14 @@ _FLOATS = ("query", "key", "value", "initial_state")
 
 
 def _make(a, info):
-    key = info(a["key"])
-    g_gamma, mode = lightning.decay(key, a["layer_idx"], a["num_layers"], a["mode"])
-    gamma = TensorInfo(g_gamma.shape, "float32", (1,), key.device)
-    common = (info(a["query"]), key, info(a["value"]))
-    if mode == "chunk":
-        plans = chunk.plans(
-            *common, None, gamma, a["softmax_scale"], info(a["initial_state"]), a["reverse"],
-            info(a["cu_seqlens"]),
-        )  # fmt: skip
-    else:
-        plans = recurrent.plans(
-            *common, None, gamma, None, None, a["softmax_scale"], info(a["initial_state"]), a["reverse"],
-            info(a["cu_seqlens"]),
-        )  # fmt: skip
+    plans, g_gamma = lightning.plans(
+        *(info(a[n]) for n in ("query", "key", "value")), a["layer_idx"], a["num_layers"], a["softmax_scale"],
+        info(a["initial_state"]), a["reverse"], info(a["cu_seqlens"]), a["mode"],
+    )  # fmt: skip
     operands = {n: a[n] for n in _FLOATS}
     # A fake call (torch.compile's tracing) needs shapes only: no constant.
     if info is not fake_info:
-        operands["g_gamma"] = device_constant(tuple(g_gamma.tolist()), torch.float32, a["key"].device)
+        operands["g_gamma"] = device_constant(g_gamma, torch.float32, a["key"].device)
     return plans, operands
 
 

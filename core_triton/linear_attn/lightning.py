@@ -16,6 +16,8 @@ import numpy as np
 
 from core_triton.common import checks
 from core_triton.common.launch import TensorInfo
+from core_triton.common.op import OpPlans
+from core_triton.linear_attn import chunk, recurrent
 
 MODES = ("chunk", "recurrent")
 
@@ -42,3 +44,32 @@ def decay(key: TensorInfo, layer_idx, num_layers, mode) -> tuple[np.ndarray, str
     heads = np.arange(H, dtype=np.float64)
     g_gamma = -(8.0 / max(H, 1)) * (1.0 - layer_idx / num_layers) * heads
     return g_gamma.astype(np.float32), mode
+
+
+def plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    layer_idx,
+    num_layers,
+    softmax_scale=None,
+    initial_state: TensorInfo | None = None,
+    reverse=False,
+    cu_seqlens: TensorInfo | None = None,
+    mode="chunk",
+) -> tuple[OpPlans, tuple[float, ...]]:
+    """Check the arguments and plan the op: ``(plans, g_gamma)``, the plans
+    of ``chunk_linear_attn`` or ``recurrent`` with the decay as their input
+    ``g_gamma`` (``[H]`` float32, given here as its values for the binding
+    to make once per device; it gets no gradient)."""
+    g_gamma, mode = decay(key, layer_idx, num_layers, mode)
+    gamma = TensorInfo(g_gamma.shape, "float32", (1,), key.device)
+    if mode == "chunk":
+        op_plans = chunk.plans(
+            query, key, value, None, gamma, softmax_scale, initial_state, reverse, cu_seqlens
+        )  # fmt: skip
+    else:
+        op_plans = recurrent.plans(
+            query, key, value, None, gamma, None, None, softmax_scale, initial_state, reverse, cu_seqlens
+        )  # fmt: skip
+    return op_plans, tuple(g_gamma.tolist())
