@@ -197,18 +197,20 @@ def _prepare(a):
 
 
 def _forward(a):
-    a, plans, ring, schedule, fixed, moving = _prepare(a)
+    prepared = _prepare(a)
+    a, plans, ring, schedule, fixed, moving = prepared
     out, lse = _ring_forward(
         a["query"], a["key"], a["value"], a["softmax_aux"], a["bias"], fixed, moving, plans, ring, schedule
     )
     # The float32 output is a residual of the backward (its delta); a custom
     # op may not return one tensor twice, so only when the cast copies.
     final = out.to(a["query"].dtype)
-    return (final, lse), ([] if final is out else [out]), None
+    # The eager backward reuses the checks, plans and index arrays.
+    return (final, lse), ([] if final is out else [out]), prepared
 
 
 def _backward(a, outputs, extras, cotangents, needs, state):
-    a, plans, ring, schedule, fixed, moving = _prepare(a)
+    a, plans, ring, schedule, fixed, moving = _prepare(a) if state is None else state
     q, v = a["query"], a["value"]
     final, lse = outputs
     out = extras[0] if extras else final
