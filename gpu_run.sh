@@ -21,12 +21,16 @@ export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREAL
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/twinkernels-triton-cache}
 mkdir -p "$TRITON_CACHE_DIR"
 # Compiling is most of a GPU run's time (PyTorch's kernels; jax-triton keeps
-# its own cache in memory).  SAVE_CACHE=1 writes the cache as
-# $out/triton-cache.txz.part-* (15 MB pieces: files come back up to 16 MiB);
-# copy them into .triton-cache-parts/ and carry that folder to unpack it first.
-if ls .triton-cache-parts/triton-cache.txz.part-* > /dev/null 2>&1; then
-  cat .triton-cache-parts/triton-cache.txz.part-* | tar -xJf - -C "$TRITON_CACHE_DIR"
-fi
+# its own cache in memory).  The cache is saved after every call (NO_SAVE_CACHE=1
+# to skip it) as $out/triton-cache.txz.part-* (15 MB pieces: files come back up
+# to 16 MiB); copy them into .triton-cache-parts/ under a new name
+# (NAME.txz.part-*) and carry that folder to unpack them all first.
+# Several saved caches may lie there (NAME.txz.part-*, one archive per NAME),
+# oldest first by name: a later one's files replace an earlier one's.
+for first in .triton-cache-parts/*.txz.part-aa; do
+  [ -e "$first" ] || continue
+  cat "${first%aa}"* | tar -xJf - -C "$TRITON_CACHE_DIR"
+done
 {
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
@@ -40,10 +44,13 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   # call is at most 10 minutes).  DONE=<logs> (paths joined by ':') leaves
   # out the tests those logs (run with PYTEST_ARGS=-vv) show as passed: a
   # later call of the same commit goes on where a cut one stopped.
+  # report*.txt: each test's outcome and seconds as it ends, and the
+  # failures' tracebacks (report*.txt.failures): a call cut by its limit
+  # prints no summary.  They serve as DONE logs too.
   [ -z "${DONE:-}" ] || export TWINKERNELS_DONE="$DONE"
-  [ -n "${SKIP_MAIN:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
+  [ -n "${SKIP_MAIN:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform TWINKERNELS_REPORT="$out/report.txt" timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
     -m "not xdist_group" --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
-  [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
+  [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform TWINKERNELS_REPORT="$out/report-big.txt" timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
     -m xdist_group -W ignore::DeprecationWarning --durations=5 -rfE --tb=short ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests-big.log"
   [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi
@@ -65,7 +72,7 @@ if [ "$part" = compare ]; then
   # the old commit) and on this one, alternating (bench/compare_trees.py).
   timeout "${COMPARE_TIMEOUT:-400}" python3 -m bench.compare_trees .before 2>&1 | tee "$out/compare.log"
 fi
-if [ -n "${SAVE_CACHE:-}" ]; then
+if [ -z "${NO_SAVE_CACHE:-}" ]; then
   command -v xz > /dev/null || echo "SAVE_CACHE: no xz on this machine" >&2
   tar -cf - -C "$TRITON_CACHE_DIR" . | xz -T0 -6 | split -b 15m - "$out/triton-cache.txz.part-" && ls -l "$out"/triton-cache.txz.part-*
 fi

@@ -41,7 +41,8 @@ def pytest_collection_modifyitems(config, items):
         with open(name) as f:
             for line in f:
                 # "[gw1] [ 10%] PASSED <id>" (xdist -vv), "<id> PASSED [ 9%]"
-                # (-v), or a bare "<id>".
+                # (-v), "PASSED <seconds> <id>" (TWINKERNELS_REPORT), or a
+                # bare "<id>".
                 words = line.split()
                 if "PASSED" in words or len(words) == 1:
                     done.update(w for w in words if "::" in w)
@@ -49,3 +50,31 @@ def pytest_collection_modifyitems(config, items):
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
         items[:] = kept
+
+
+_report = {}
+
+
+def pytest_configure(config):
+    """``TWINKERNELS_REPORT=<file>``: each test's outcome and seconds, one
+    line as it ends (``PASSED 1.23 <id>``), and each failure's traceback in
+    ``<file>.failures``.  A GPU call cut by its time limit never prints
+    pytest's summary; these files have what ran by then.  Written by the
+    process that reports (xdist's controller), not by its workers."""
+    path = os.environ.get("TWINKERNELS_REPORT")
+    if path and not hasattr(config, "workerinput"):
+        _report["path"] = path
+
+
+def pytest_runtest_logreport(report):
+    path = _report.get("path")
+    if path is None or not (report.when == "call" or report.outcome != "passed"):
+        return
+    if report.when == "teardown" and report.outcome == "skipped":
+        return
+    outcome = "ERROR" if report.when != "call" and report.failed else report.outcome.upper()
+    with open(path, "a") as f:
+        f.write(f"{outcome} {report.duration:.2f} {report.nodeid}\n")
+    if report.failed:
+        with open(path + ".failures", "a") as f:
+            f.write(f"==== {outcome} ({report.when}) {report.nodeid}\n{report.longreprtext}\n\n")
