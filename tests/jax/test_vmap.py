@@ -17,6 +17,8 @@ import pytest
 
 import jax_api as api
 import torch_api._launch
+from core_triton.common.runtime import interpreter_requested
+from tests.jax import hlo_launches
 
 N = 2  # the vmapped axis
 B, T, HQ, H, K, V = 2, 19, 4, 2, 8, 8
@@ -230,21 +232,26 @@ def test_vmap_of_grad(name):
 
 @pytest.fixture
 def launches(monkeypatch):
-    """A counter of the kernels the interpreter runs (host side, so a
-    launch that runs once per element counts once per element)."""
-    count = [0]
-    real = torch_api._launch.launch
+    """The kernel launches of one run of a function, counted in its compiled
+    HLO (tests/jax/hlo_launches.py: a launch in a sequential ``vmap``'s loop
+    counts once per element).  On the interpreter the kernels it runs are
+    also counted on the host side, and the two counts must agree."""
+    host = [0]
+    if interpreter_requested():
+        real = torch_api._launch.launch
 
-    def spy(plan, inputs):
-        count[0] += 1
-        return real(plan, inputs)
+        def spy(plan, inputs):
+            host[0] += 1
+            return real(plan, inputs)
 
-    monkeypatch.setattr(torch_api._launch, "launch", spy)
+        monkeypatch.setattr(torch_api._launch, "launch", spy)
 
     def measure(fn, *args):
-        count[0] = 0
-        jax.block_until_ready(fn(*args))
-        return count[0]
+        host[0] = 0
+        n = hlo_launches.run_and_count(fn, *args)
+        if interpreter_requested():
+            assert host[0] == n, f"the HLO has {n} launches, the interpreter ran {host[0]}"
+        return n
 
     return measure
 
