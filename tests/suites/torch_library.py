@@ -268,9 +268,16 @@ class CudaGraphSuite:
         """Forward and backward captured once, replayed on new values."""
         fn, x, grads = CASES[case]
         static = {n: t.detach().clone().requires_grad_(n in grads) for n, t in x.items()}
-        outs_probe = fn(**static)
+        # The outputs' shapes without an autograd graph: a node made here, on
+        # the default stream, and still alive during the capture would have
+        # the backward sync the capturing stream with the legacy stream
+        # ("operation would make the legacy stream depend on a capturing
+        # blocking stream"), in some cases and not others.
+        with torch.no_grad():
+            outs_probe = fn(**static)
         outs_probe = outs_probe if isinstance(outs_probe, tuple) else (outs_probe,)
         cts = [_rand(*o.shape, seed=30 + i, dtype=o.dtype) for i, o in enumerate(outs_probe)]
+        del outs_probe
 
         def step():
             outs = fn(**static)
