@@ -106,6 +106,14 @@ def _jax_triton():
 
 
 def _triton_call(plan, names, arrays):
+    if getattr(plan.kernel, "needs_global_scratch", False):
+        # jax-triton 0.3.1 launches with a null scratch pointer: the kernel
+        # would fault.  Only the opt-in tensor-descriptor forward needs it.
+        raise NotImplementedError(
+            "this kernel builds tensor descriptors in global scratch, which jax-triton 0.3.1 does not "
+            "allocate; unset TWINKERNELS_FLASH_TMA (core_triton.attention.flash.set_tma_forward(False)) "
+            "for the JAX binding on a GPU"
+        )
     jt, out_kw = _jax_triton()
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
     zeroed = tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)

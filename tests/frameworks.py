@@ -43,6 +43,9 @@ class TorchFramework:
         y.backward(dy)
         return y, x.grad
 
+    def clear_caches(self):
+        """Nothing to drop: every eager call plans again (from core's caches)."""
+
     def vjp_many(self, fn, inputs: dict, cotangents):
         """(fn(**inputs), {name: gradient}) for an fn returning a tuple,
         pulled back from the tuple ``cotangents``."""
@@ -81,6 +84,11 @@ class JaxFramework:
         y, pullback = self.jax.vjp(fn, x)
         (dx,) = pullback(dy)
         return y, dx
+
+    def clear_caches(self):
+        """Drop traced functions, so a call plans again (after a test changes
+        what core_triton plans)."""
+        self.jax.clear_caches()
 
     def vjp_many(self, fn, inputs: dict, cotangents):
         """(fn(**inputs), {name: gradient}) for an fn returning a tuple,

@@ -57,12 +57,30 @@ def _allocate(spec, device, poison: bool):
     return torch.empty(spec.shape, dtype=dtype, device=device)
 
 
+def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    # The caching allocator's blocks are 512-byte aligned, past any alignment
+    # Triton asks for (128 for tensor descriptors); the current stream's.
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_scratch_allocator() -> None:
+    """Give Triton an allocator for kernels that build tensor descriptors on
+    the device, unless the user set one.  Triton keeps it per thread
+    (a ContextVar), so this runs before each such launch."""
+    from triton.runtime import _allocation
+
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        _allocation.set_allocator(_scratch)
+
+
 def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     """Allocate the plan's outputs on the inputs' device and launch it."""
     names = plan.input_names()
     device = inputs[names[0]].device
     if device.type == "cpu" and not is_interpreted(plan.kernel):
         raise RuntimeError(NO_BACKEND_MESSAGE)
+    if device.type == "cuda" and getattr(plan.kernel, "needs_global_scratch", False):
+        _ensure_scratch_allocator()
     # 1-D index arrays are tiny; the kernels read them with unit stride.
     # Only the plan's own inputs are looked at: ``inputs`` holds every array
     # of a multi-launch op, and this runs on every launch.

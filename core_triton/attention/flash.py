@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,6 +50,7 @@ from core_triton.attention.flash_bwd import (
 )
 from core_triton.attention.flash_common import POS_INF_INT
 from core_triton.attention.flash_fwd import flash_fwd_kernel
+from core_triton.attention.flash_fwd_tma import flash_fwd_tma_kernel
 from core_triton.common import checks
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import autotune, interpreter_requested
@@ -124,6 +126,92 @@ def _tuned(kind: str, dim_class: int):
         "dq": (flash_bwd_dq_kernel, _DQ_CONFIGS),
     }[kind]
     return autotune(configs=_configs(table[dim_class]), key=_KEY)(kernel)
+
+
+# ---- the tensor-descriptor forward (issue 15, opt in) ---------------------
+# flash_fwd_tma_kernel for the plain and causal forward, when TMA_FORWARD is
+# set (TWINKERNELS_FLASH_TMA=1 before import, or set_tma_forward): a candidate
+# for Hopper, not the default until the H100 measures it.  (BM, BN,
+# num_warps, num_stages) per head dim; the interpreter runs small blocks.
+TMA_FORWARD = os.environ.get("TWINKERNELS_FLASH_TMA", "0") == "1"
+TMA_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+_TMA_INTERPRETED = (32, 16, 4, 1)
+
+
+def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
+    """Turn the tensor-descriptor forward on or off (and set its configs);
+    plans made before are dropped, so the next call plans again."""
+    global TMA_FORWARD
+    TMA_FORWARD = bool(enabled)
+    if configs is not None:
+        TMA_CONFIGS.update(configs)
+    attention_plans.cache_clear()
+    plans.cache_clear()
+
+
+def _row_major(info: TensorInfo) -> bool:
+    expected, step = [], 1
+    for size in reversed(info.shape):
+        expected.append(step)
+        step *= size
+    pairs = zip(info.shape, info.strides, reversed(expected), strict=True)
+    return all(n == 1 or st == e for n, st, e in pairs)
+
+
+def _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+    """The forward through flash_fwd_tma_kernel, or None where it does not
+    apply (see core_triton.attention.flash_fwd_tma)."""
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    if not (
+        TMA_FORWARD
+        and plain
+        and opts.q_pieces == 1
+        and opts.k_pieces == 1
+        and opts.q_chunk in (0, Tq)  # one piece of positions 0..T-1
+        and opts.k_chunk in (0, Tk)
+        and q.dtype in ("bfloat16", "float16")
+        and q.dtype == k.dtype == v.dtype
+        and (out_dtype or q.dtype) == q.dtype
+        and D == v.shape[3]
+        and D in TMA_CONFIGS
+        and Tq >= 1
+        and Tk >= 1
+        and all(_row_major(t) for t in (q, k, v))
+    ):
+        return None
+    bm, bn, w, s = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[D]
+    return LaunchPlan(
+        kernel=flash_fwd_tma_kernel,
+        grid=(cdiv(Tq, bm), B * HQ),
+        params=(
+            In("q"),
+            In("k"),
+            In("v"),
+            In("softmax_aux") if sink is not None else In("q"),
+            opts.scale,
+            B,
+            Tq,
+            Tk,
+            HQ,
+            H,
+            n_sink,
+            sink_stride,
+        ),
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
+        output_names=("out", "lse"),
+        constexprs=dict(
+            D=D,
+            BS=max(2, next_power_of_2(n_sink)),
+            CAUSAL=opts.causal,
+            HAS_SINK=sink is not None,
+            DOT_PREC="tf32",
+            BM=bm,
+            BN=bn,
+        ),
+        num_warps=w,
+        num_stages=s,
+    )
 
 
 def _dim_class(bd: int) -> int:
@@ -463,6 +551,9 @@ def attention_plans(
         num_warps=w,
         num_stages=s,
     )
+    # The ring's blocks (position offsets other than 0) keep the main kernel.
+    plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)
+    forward = _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or forward
 
     # Cached: the torch binding replays a plan's compiled launch only when
     # the same plan object comes back (core_triton.common.launch).

@@ -152,3 +152,21 @@ def test_fixed_order_sums_pass_no_size_equal_to_one():
         for p in (first, second):
             assert all(v >= 2 for v in p.params[1:]), (rows, p.params)
         assert first.grid[1] >= 2 and second.grid[1] == 1
+
+
+def test_tma_forward_has_one_specialisation_for_every_size():
+    # The opt-in tensor-descriptor forward: batch and lengths are run-time
+    # sizes (the descriptors take them as values), so a new length or batch
+    # reuses the kernel (head dim 64, its fixed config).
+    before = flash_attention.TMA_FORWARD
+    flash_attention.set_tma_forward(True)
+    try:
+        seen = []
+        for T, N in SIZES:
+            q, kv = _info((N, T, 2 * H, K)), _info((N, T + 7, H, K))
+            p, _ = flash_attention.plans(q, kv, kv, causal=True)
+            assert p.forward.kernel is flash_attention.flash_fwd_tma_kernel
+            seen.append(_signature(p.forward))
+        assert all(s == seen[0] for s in seen), seen
+    finally:
+        flash_attention.set_tma_forward(before)

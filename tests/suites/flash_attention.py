@@ -178,6 +178,27 @@ GPU_CASES = {
 }
 
 
+# The tensor-descriptor forward (core_triton.attention.flash_fwd_tma, opt
+# in): (make_case arguments, options, dtype, on the interpreter too).  The
+# interpreter runs 32x16 blocks; a GPU runs the configs of
+# flash.TMA_CONFIGS, at the long cases.
+TMA_CASES = {
+    "d64_causal_gqa_bf16": ({"B": 2, "Tq": 45, "Tk": 45, "D": 64}, {"causal": True}, "bfloat16", True),
+    "d64_full_tq_lt_tk_f16_sink1d": (
+        {"Tq": 37, "Tk": 70, "HQ": 2, "H": 1, "D": 64, "sink": "1d"}, {}, "float16", True,
+    ),
+    "d128_causal_tq_gt_tk_bf16": ({"Tq": 70, "Tk": 37, "D": 128}, {"causal": True}, "bfloat16", True),
+    "d64_causal_sink2d_scale_f16": (
+        {"Tq": 64, "Tk": 64, "D": 64, "sink": "2d"}, {"causal": True, "softmax_scale": 0.3}, "float16", True,
+    ),
+    "d128_t2048_causal": ({"Tq": 2048, "Tk": 2048, "D": 128}, {"causal": True}, "bfloat16", False),
+    "d128_t2048_full_gqa": ({"Tq": 2047, "Tk": 2049, "HQ": 4, "H": 1, "D": 128}, {}, "bfloat16", False),
+    "d64_t1024_causal_sink": (
+        {"Tq": 1000, "Tk": 1000, "D": 64, "sink": "1d"}, {"causal": True}, "float16", False,
+    ),
+}  # fmt: skip
+
+
 class FlashAttentionSuite:
     fw = None  # set by the framework's module
 
@@ -327,6 +348,57 @@ class FlashAttentionSuite:
             pytest.skip(f"{case}: run for causal={only[0]}, {only[1]} only")
         c = make_case(np.random.default_rng(16), Tq=T, Tk=T, HQ=4, H=2, D=D, bias=bias)
         self._check(c, {"causal": causal}, dtype=dtype)
+
+    @pytest.mark.parametrize("case", sorted(TMA_CASES))
+    def test_tma_forward(self, case, monkeypatch):
+        """The opt-in tensor-descriptor forward (flash.set_tma_forward) runs
+        where it applies and, with the usual backward on its out and lse,
+        matches the float64 reference.  The JAX binding refuses it on a GPU
+        (jax-triton 0.3.1 allocates no global scratch) with a clear error."""
+        from core_triton.attention import flash
+
+        fw = self.fw
+        shape, options, dtype, interpreted_too = TMA_CASES[case]
+        if interpreter_requested() and not interpreted_too:
+            pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
+        before = flash.TMA_FORWARD
+        flash.set_tma_forward(True)
+        fw.clear_caches()
+        try:
+            c = make_case(np.random.default_rng(21), **shape)
+            if fw.name == "jax" and not interpreter_requested():
+                with pytest.raises(NotImplementedError, match="global scratch"):
+                    self._check(c, options, dtype=dtype)
+                return
+            seen = spy_launches(fw, monkeypatch)
+            self._check(c, options, dtype=dtype)
+            assert seen[0].kernel is flash.flash_fwd_tma_kernel, "the forward was not the TMA kernel"
+            assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
+        finally:
+            flash.set_tma_forward(before)
+            fw.clear_caches()
+
+    def test_tma_forward_falls_back(self, monkeypatch):
+        """Where the tensor-descriptor forward does not apply (float32, a
+        window, a head dim it has no config for) the main kernel runs."""
+        from core_triton.attention import flash
+
+        fw = self.fw
+        before = flash.TMA_FORWARD
+        flash.set_tma_forward(True)
+        fw.clear_caches()
+        try:
+            for shape, options, dtype in (
+                ({"D": 64}, {}, "float32"),
+                ({"D": 64, "Tq": 40, "Tk": 40}, {"sliding_window": 8}, "bfloat16"),
+                ({"D": 16}, {"causal": True}, "bfloat16"),
+            ):
+                seen = spy_launches(fw, monkeypatch)
+                self._check(make_case(np.random.default_rng(22), **shape), options, dtype=dtype)
+                assert seen[0].kernel is not flash.flash_fwd_tma_kernel, (shape, options, dtype)
+        finally:
+            flash.set_tma_forward(before)
+            fw.clear_caches()
 
     def test_defaults_and_no_lse(self):
         fw = self.fw
