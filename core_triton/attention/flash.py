@@ -48,6 +48,7 @@ from core_triton.attention.flash_bwd import (
     flash_bwd_dq_kernel,
     flash_bwd_preprocess_kernel,
 )
+from core_triton.attention.flash_bwd_tma import flash_bwd_dkdv_tma_kernel, flash_bwd_dq_tma_kernel
 from core_triton.attention.flash_common import POS_INF_INT
 from core_triton.attention.flash_fwd import flash_fwd_kernel
 from core_triton.attention.flash_fwd_tma import flash_fwd_tma_kernel
@@ -136,6 +137,13 @@ def _tuned(kind: str, dim_class: int):
 TMA_FORWARD = os.environ.get("TWINKERNELS_FLASH_TMA", "0") == "1"
 TMA_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
 _TMA_INTERPRETED = (32, 16, 4, 1)
+# The backward kernels of flash_bwd_tma likewise (TWINKERNELS_FLASH_TMA_BWD=1,
+# or set_tma_backward): ((BM, BN, warps, stages) of dK/dV, the same of dQ).
+# dK/dV walks query blocks of BM for a key block of BN (BN a multiple of BM);
+# dQ the other way round.
+TMA_BACKWARD = os.environ.get("TWINKERNELS_FLASH_TMA_BWD", "0") == "1"
+TMA_BWD_CONFIGS = {64: ((64, 128, 8, 2), (128, 64, 8, 2)), 128: ((64, 128, 8, 2), (128, 64, 8, 2))}
+_TMA_BWD_INTERPRETED = ((16, 32, 4, 1), (32, 16, 4, 1))
 
 
 def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
@@ -149,6 +157,16 @@ def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
     plans.cache_clear()
 
 
+def set_tma_backward(enabled: bool, configs: dict | None = None) -> None:
+    """The same for the tensor-descriptor backward."""
+    global TMA_BACKWARD
+    TMA_BACKWARD = bool(enabled)
+    if configs is not None:
+        TMA_BWD_CONFIGS.update(configs)
+    attention_plans.cache_clear()
+    plans.cache_clear()
+
+
 def _row_major(info: TensorInfo) -> bool:
     expected, step = [], 1
     for size in reversed(info.shape):
@@ -158,14 +176,12 @@ def _row_major(info: TensorInfo) -> bool:
     return all(n == 1 or st == e for n, st, e in pairs)
 
 
-def _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
-    """The forward through flash_fwd_tma_kernel, or None where it does not
-    apply (see core_triton.attention.flash_fwd_tma)."""
+def _tma_applies(q, k, v, opts, plain, out_dtype) -> bool:
+    """What both tensor-descriptor paths take (core_triton.attention.flash_fwd_tma)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    if not (
-        TMA_FORWARD
-        and plain
+    return (
+        plain
         and opts.q_pieces == 1
         and opts.k_pieces == 1
         and opts.q_chunk in (0, Tq)  # one piece of positions 0..T-1
@@ -178,8 +194,16 @@ def _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> 
         and Tq >= 1
         and Tk >= 1
         and all(_row_major(t) for t in (q, k, v))
-    ):
+    )
+
+
+def _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+    """The forward through flash_fwd_tma_kernel, or None where it does not
+    apply (see core_triton.attention.flash_fwd_tma)."""
+    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype)):
         return None
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
     bm, bn, w, s = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[D]
     return LaunchPlan(
         kernel=flash_fwd_tma_kernel,
@@ -212,6 +236,46 @@ def _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> 
         num_warps=w,
         num_stages=s,
     )
+
+
+def _tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchPlan] | None:
+    """The dK/dV and dQ launches of flash_bwd_tma, or None where they do not
+    apply (their inputs: ``q, k, v, do, lse, delta``)."""
+    if not (
+        TMA_BACKWARD
+        and _tma_applies(q, k, v, opts, plain, grad_dtype)
+        and do.dtype == q.dtype
+        and do.shape == q.shape
+        and _row_major(do)
+    ):
+        return None
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    configs = _TMA_BWD_INTERPRETED if interpreter_requested() else TMA_BWD_CONFIGS[D]
+    (bm, bn, w, s), (bm2, bn2, w2, s2) = configs
+    params = (In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), opts.scale, B, Tq, Tk, HQ, H)
+    consts = dict(D=D, CAUSAL=opts.causal, DOT_PREC="tf32")
+    dkdv = LaunchPlan(
+        kernel=flash_bwd_dkdv_tma_kernel,
+        grid=(cdiv(Tk, bn), B * H),
+        params=params,
+        outputs=(OutputSpec((B, Tk, H, D), q.dtype), OutputSpec((B, Tk, H, D), q.dtype)),
+        output_names=("dk", "dv"),
+        constexprs=dict(consts, BM=bm, BN=bn),
+        num_warps=w,
+        num_stages=s,
+    )
+    dq = LaunchPlan(
+        kernel=flash_bwd_dq_tma_kernel,
+        grid=(cdiv(Tq, bm2), B * HQ),
+        params=params,
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype),),
+        output_names=("dq",),
+        constexprs=dict(consts, BM=bm2, BN=bn2),
+        num_warps=w2,
+        num_stages=s2,
+    )
+    return dkdv, dq
 
 
 def _dim_class(bd: int) -> int:
@@ -586,6 +650,9 @@ def attention_plans(
 
     @functools.lru_cache(maxsize=8)
     def grads(do: TensorInfo) -> tuple[LaunchPlan, LaunchPlan]:
+        tma = _tma_grads(q, k, v, do, opts, plain, grad_dtype)
+        if tma is not None:
+            return tma
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])

@@ -349,20 +349,24 @@ class FlashAttentionSuite:
         c = make_case(np.random.default_rng(16), Tq=T, Tk=T, HQ=4, H=2, D=D, bias=bias)
         self._check(c, {"causal": causal}, dtype=dtype)
 
+    @pytest.mark.parametrize("halves", ["fwd", "bwd", "both"])
     @pytest.mark.parametrize("case", sorted(TMA_CASES))
-    def test_tma_forward(self, case, monkeypatch):
-        """The opt-in tensor-descriptor forward (flash.set_tma_forward) runs
-        where it applies and, with the usual backward on its out and lse,
-        matches the float64 reference.  The JAX binding refuses it on a GPU
-        (jax-triton 0.3.1 allocates no global scratch) with a clear error."""
+    def test_tma_kernels(self, case, halves, monkeypatch):
+        """The opt-in tensor-descriptor forward and backward
+        (flash.set_tma_forward / set_tma_backward), each beside the other
+        half's main kernels and together, run where they apply and match the
+        float64 reference, forward and every gradient.  The JAX binding
+        refuses them on a GPU (jax-triton 0.3.1 allocates no global scratch)
+        with a clear error."""
         from core_triton.attention import flash
 
         fw = self.fw
         shape, options, dtype, interpreted_too = TMA_CASES[case]
         if interpreter_requested() and not interpreted_too:
             pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
-        before = flash.TMA_FORWARD
-        flash.set_tma_forward(True)
+        before = flash.TMA_FORWARD, flash.TMA_BACKWARD
+        flash.set_tma_forward(halves != "bwd")
+        flash.set_tma_backward(halves != "fwd")
         fw.clear_caches()
         try:
             c = make_case(np.random.default_rng(21), **shape)
@@ -372,20 +376,25 @@ class FlashAttentionSuite:
                 return
             seen = spy_launches(fw, monkeypatch)
             self._check(c, options, dtype=dtype)
-            assert seen[0].kernel is flash.flash_fwd_tma_kernel, "the forward was not the TMA kernel"
+            kernels = [plan.kernel for plan in seen]
+            assert (kernels[0] is flash.flash_fwd_tma_kernel) == (halves != "bwd"), kernels
+            tma_bwd = flash.flash_bwd_dkdv_tma_kernel in kernels and flash.flash_bwd_dq_tma_kernel in kernels
+            assert tma_bwd == (halves != "fwd"), kernels
             assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
         finally:
-            flash.set_tma_forward(before)
+            flash.set_tma_forward(before[0])
+            flash.set_tma_backward(before[1])
             fw.clear_caches()
 
-    def test_tma_forward_falls_back(self, monkeypatch):
-        """Where the tensor-descriptor forward does not apply (float32, a
-        window, a head dim it has no config for) the main kernel runs."""
+    def test_tma_kernels_fall_back(self, monkeypatch):
+        """Where the tensor-descriptor kernels do not apply (float32, a
+        window, a head dim they have no config for) the main kernels run."""
         from core_triton.attention import flash
 
         fw = self.fw
-        before = flash.TMA_FORWARD
+        before = flash.TMA_FORWARD, flash.TMA_BACKWARD
         flash.set_tma_forward(True)
+        flash.set_tma_backward(True)
         fw.clear_caches()
         try:
             for shape, options, dtype in (
@@ -395,9 +404,13 @@ class FlashAttentionSuite:
             ):
                 seen = spy_launches(fw, monkeypatch)
                 self._check(make_case(np.random.default_rng(22), **shape), options, dtype=dtype)
-                assert seen[0].kernel is not flash.flash_fwd_tma_kernel, (shape, options, dtype)
+                tma = (flash.flash_fwd_tma_kernel, flash.flash_bwd_dkdv_tma_kernel)
+                tma += (flash.flash_bwd_dq_tma_kernel,)
+                assert not any(plan.kernel in tma for plan in seen), (shape, options, dtype)
+                assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
         finally:
-            flash.set_tma_forward(before)
+            flash.set_tma_forward(before[0])
+            flash.set_tma_backward(before[1])
             fw.clear_caches()
 
     def test_defaults_and_no_lse(self):
