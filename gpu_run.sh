@@ -7,7 +7,10 @@
 #   PART=bench  the benchmarks (BENCH="linear_attention attention" picks some);
 #   PART=all    both (the default; more than one 10-minute device call);
 #   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
-#   PART=compare   before/after timings against the tree in .before.
+#   PART=compare   before/after timings against the tree in .before;
+#   PART=tma       bench/flash_tma.py (issue 15's tensor-descriptor kernels);
+#   PART=host      bench/host_overhead.py and jaxlib's Triton kernel API;
+#   PART=issue15   both of the last two.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
@@ -66,6 +69,18 @@ if [ "$part" = sanitize ]; then
       python3 -m tests.packed_bounds "$fw" "$op" "$case" 2>&1 | tail -n 25
     echo "exit ${PIPESTATUS[0]}"
   done 2>&1 | tee "$out/sanitize.log"
+fi
+if [ "$part" = tma ] || [ "$part" = issue15 ]; then
+  # The tensor-descriptor flash kernels (issue 15): their configs beside
+  # today's kernels, SDPA cuDNN and FA2 (TMA_ARGS: "fwd", "fwd+bwd", lengths).
+  TWINKERNELS_BENCH_DIR="$out" timeout "${TMA_TIMEOUT:-400}" python3 -m bench.flash_tma ${TMA_ARGS:-} 2>&1 | tee "$out/flash_tma.log"
+fi
+if [ "$part" = host ] || [ "$part" = issue15 ]; then
+  # Where an eager call's host time goes (issue 13), and whether this jaxlib
+  # can give Triton kernels global scratch (what the JAX binding needs for the
+  # tensor-descriptor kernels): the constructor jax-triton calls.
+  timeout 200 python3 -m bench.host_overhead 2>&1 | tee "$out/host_overhead.log"
+  python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
 fi
 if [ "$part" = compare ]; then
   # Kernel-bound cases on the tree in .before (an extracted git archive of

@@ -188,6 +188,9 @@ TMA_CASES = {
         {"Tq": 37, "Tk": 70, "HQ": 2, "H": 1, "D": 64, "sink": "1d"}, {}, "float16", True,
     ),
     "d128_causal_tq_gt_tk_bf16": ({"Tq": 70, "Tk": 37, "D": 128}, {"causal": True}, "bfloat16", True),
+    "d64_causal_tq_lt_tk_gqa4_bf16": (
+        {"Tq": 30, "Tk": 75, "HQ": 4, "H": 1, "D": 64}, {"causal": True}, "bfloat16", True,
+    ),
     "d64_causal_sink2d_scale_f16": (
         {"Tq": 64, "Tk": 64, "D": 64, "sink": "2d"}, {"causal": True, "softmax_scale": 0.3}, "float16", True,
     ),
