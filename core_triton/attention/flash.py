@@ -151,18 +151,19 @@ def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
     plans made before are dropped, so the next call plans again."""
     global TMA_FORWARD
     TMA_FORWARD = bool(enabled)
-    if configs is not None:
-        TMA_CONFIGS.update(configs)
-    attention_plans.cache_clear()
-    plans.cache_clear()
+    _replan(TMA_CONFIGS, configs)
 
 
 def set_tma_backward(enabled: bool, configs: dict | None = None) -> None:
     """The same for the tensor-descriptor backward."""
     global TMA_BACKWARD
     TMA_BACKWARD = bool(enabled)
+    _replan(TMA_BWD_CONFIGS, configs)
+
+
+def _replan(table: dict, configs: dict | None) -> None:
     if configs is not None:
-        TMA_BWD_CONFIGS.update(configs)
+        table.update(configs)
     attention_plans.cache_clear()
     plans.cache_clear()
 

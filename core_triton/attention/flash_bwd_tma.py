@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.flash_fwd_tma import seq_view
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 
@@ -87,24 +88,12 @@ def flash_bwd_dkdv_tma_kernel(
     group = HQ // H
     n0 = pid_n * BN
     offs_n = n0 + tl.arange(0, BN)
-    q_desc = tl.make_tensor_descriptor(
-        Q, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    do_desc = tl.make_tensor_descriptor(
-        DO, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        K, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        V, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    dk_desc = tl.make_tensor_descriptor(
-        DK, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    dv_desc = tl.make_tensor_descriptor(
-        DV, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
+    q_desc = seq_view(Q, B, Tq, HQ, D, BM)
+    do_desc = seq_view(DO, B, Tq, HQ, D, BM)
+    k_desc = seq_view(K, B, Tk, H, D, BN)
+    v_desc = seq_view(V, B, Tk, H, D, BN)
+    dk_desc = seq_view(DK, B, Tk, H, D, BN)
+    dv_desc = seq_view(DV, B, Tk, H, D, BN)
     k = k_desc.load([b, n0, h * D]).reshape(BN, D)
     v = v_desc.load([b, n0, h * D]).reshape(BN, D)
     qk_scale = scale * LOG2E
@@ -186,21 +175,11 @@ def flash_bwd_dq_tma_kernel(
     h = hq // (HQ // H)
     m0 = pid_m * BM
     offs_m = m0 + tl.arange(0, BM)
-    q_desc = tl.make_tensor_descriptor(
-        Q, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    do_desc = tl.make_tensor_descriptor(
-        DO, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    dq_desc = tl.make_tensor_descriptor(
-        DQ, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        K, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        V, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
+    q_desc = seq_view(Q, B, Tq, HQ, D, BM)
+    do_desc = seq_view(DO, B, Tq, HQ, D, BM)
+    dq_desc = seq_view(DQ, B, Tq, HQ, D, BM)
+    k_desc = seq_view(K, B, Tk, H, D, BN)
+    v_desc = seq_view(V, B, Tk, H, D, BN)
     q = q_desc.load([b, m0, hq * D]).reshape(BM, D)
     do = do_desc.load([b, m0, hq * D]).reshape(BM, D)
     row = (b.to(tl.int64) * HQ + hq) * Tq

@@ -34,6 +34,19 @@ from core_triton.common.runtime import jit
 
 
 @triton.jit
+def seq_view(X, B, T, heads, D: tl.constexpr, ROWS: tl.constexpr):
+    """A device-side descriptor of a contiguous ``[B, T, heads, D]`` tensor
+    seen as ``[B, T, heads * D]``, in boxes of ``[1, ROWS, D]``: a box at
+    ``[b, t, head * D]`` is ``ROWS`` rows of one head, zeros past ``T`` (the
+    batch's own end) and clipped there on a store.  The batch stride is
+    64-bit: one batch of a long sequence passes 2**31 elements."""
+    row = heads * D
+    return tl.make_tensor_descriptor(
+        X, shape=[B, T, row], strides=[T.to(tl.int64) * row, row, 1], block_shape=[1, ROWS, D]
+    )
+
+
+@triton.jit
 def _tma_blocks(state, q, offs_m, k_desc, v_desc, b, col, lo, hi, Tk, qk_scale,
                 D: tl.constexpr, BN: tl.constexpr, CAUSAL: tl.constexpr, MASK: tl.constexpr,
                 DOT_PREC: tl.constexpr):  # fmt: skip
@@ -96,19 +109,10 @@ def flash_fwd_tma_kernel(
     h = hq // (HQ // H)
     m0 = pid_m * BM
     offs_m = m0 + tl.arange(0, BM)
-    # 64-bit strides: a batch of a long sequence passes 2**31 elements.
-    q_desc = tl.make_tensor_descriptor(
-        Q, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
-    k_desc = tl.make_tensor_descriptor(
-        K, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    v_desc = tl.make_tensor_descriptor(
-        V, shape=[B, Tk, H * D], strides=[Tk.to(tl.int64) * H * D, H * D, 1], block_shape=[1, BN, D]
-    )
-    o_desc = tl.make_tensor_descriptor(
-        OUT, shape=[B, Tq, HQ * D], strides=[Tq.to(tl.int64) * HQ * D, HQ * D, 1], block_shape=[1, BM, D]
-    )
+    q_desc = seq_view(Q, B, Tq, HQ, D, BM)
+    k_desc = seq_view(K, B, Tk, H, D, BN)
+    v_desc = seq_view(V, B, Tk, H, D, BN)
+    o_desc = seq_view(OUT, B, Tq, HQ, D, BM)
     q = q_desc.load([b, m0, hq * D]).reshape(BM, D)
     qk_scale = scale * LOG2E
     acc = tl.zeros([BM, D], dtype=tl.float32)
