@@ -107,6 +107,42 @@ def _cases(torch, torch_api, triton, tl):
     }
 
 
+def launch_routes(torch, torch_api):
+    """Host time of one replayed launch of the flash forward's plan (a tiny
+    case, so the GPU keeps up), by route: Triton's binder, Triton's runner
+    for the compiled kernel, the compiled launcher's C entry, and what the
+    binding does (core_triton.common.launch)."""
+    from core_triton.common import launch as core_launch
+    from torch_api import _launch
+    from torch_api import flash_attention as fa
+
+    q, k, v = (torch.randn(1, 64, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    a = {p.name: None for p in fa.PARAMS}
+    a.update(query=q, key=k, value=v, causal=True)
+    plans, inputs = fa._prepare(a)
+    plan = plans.forward
+    core_launch._replays.clear()
+    out = _launch.launch(plan, inputs)
+    replay = core_launch._replays[id(plan)][1]
+    args = [*plan.arguments(inputs), *out]
+    grid = plan.grid if not callable(plan.grid) else replay.grid
+    stream = lambda: torch._C._cuda_getCurrentRawStream(q.device.index)  # noqa: E731
+    routes = {
+        "triton binder (kernel[grid](...))": lambda: plan.kernel[grid](*args, **plan.launch_options()),
+        "triton runner (compiled[grid])": lambda: replay.runner(*args, *replay.tail),
+        "binding replay (launch_direct)": lambda: core_launch.launch_direct(plan, inputs, out, stream),
+        "binding launch (torch_api._launch.launch)": lambda: _launch.launch(plan, inputs),
+    }
+    if replay.direct is not None:
+        ptrs = [t.data_ptr() if hasattr(t, "data_ptr") else t for t in args]
+        head = (*replay.grid, stream(), *replay.head)
+        routes["C entry alone"] = lambda: replay.direct(*head, *ptrs, *replay.tail)
+    print(f"== one launch of the flash forward plan ({len(args)} arguments); C entry: {replay.direct}")
+    for name, fn in routes.items():
+        host, wall = _rate(fn, torch, n=2000)
+        print(f"   {name}: host {host * 1e6:.1f} us/launch, wall {wall * 1e6:.1f}")
+
+
 def main(argv):
     import torch
     import triton
@@ -115,6 +151,7 @@ def main(argv):
     import torch_api
     from torch_api import _launch
 
+    launch_routes(torch, torch_api)
     real = _launch.launch_direct
     for name, fn in _cases(torch, torch_api, triton, tl).items():
         host, wall = _rate(fn, torch)
@@ -127,7 +164,7 @@ def main(argv):
             continue
         # The same call with every kernel launch skipped: what our Python,
         # the allocations and autograd cost without Triton's launcher.
-        _launch.launch_direct = lambda plan, inputs, outputs: None
+        _launch.launch_direct = lambda plan, inputs, outputs, stream=None: None
         try:
             bare, _ = _rate(fn, torch)
         finally:

@@ -90,9 +90,17 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
         used[n] = t.contiguous() if t.dim() == 1 else t
     poison = poison_outputs()
     outputs = [_allocate(spec, device, poison) for spec in plan.outputs]
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            launch_direct(plan, used, outputs)
-    else:
+    if device.type != "cuda":
         launch_direct(plan, used, outputs)
+    elif device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            launch_direct(plan, used, outputs, functools.partial(_raw_stream, device.index))
+    else:
+        launch_direct(plan, used, outputs, functools.partial(_raw_stream, device.index))
     return outputs
+
+
+def _raw_stream(index: int) -> int:
+    """The current stream's handle on device ``index`` (what Triton itself
+    launches on)."""
+    return torch._C._cuda_getCurrentRawStream(index)

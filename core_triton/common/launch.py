@@ -98,18 +98,23 @@ class LaunchPlan:
         return opts
 
 
-def launch_direct(plan: LaunchPlan, inputs: Mapping[str, Any], outputs: Sequence[Any]) -> None:
+def launch_direct(
+    plan: LaunchPlan,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[Any],
+    stream: Callable[[], int] | None = None,
+) -> None:
     """Launch ``plan`` on tensors Triton takes directly (torch tensors, on a
     GPU or, under the interpreter, on the CPU); ``outputs`` are allocated by
-    the caller as ``plan.outputs`` describes."""
+    the caller as ``plan.outputs`` describes.  ``stream()``, where given,
+    returns the raw handle of the stream to launch on (the binding's
+    current stream); it lets a replay skip Triton's own lookup."""
     if plan.is_empty():
         return
     args = [*plan.arguments(inputs), *outputs]
     entry = _replays.get(id(plan))
     if entry is not None and entry[0] is plan and entry[1] is not None:
-        replay = entry[1]
-        if replay.signature == _signature(args):
-            replay.runner(*args, *replay.tail)
+        if entry[1].run(args, stream):
             return
     grid = plan.grid if callable(plan.grid) else tuple(plan.grid)
     compiled = plan.kernel[grid](*args, **plan.launch_options())
@@ -126,28 +131,79 @@ def launch_direct(plan: LaunchPlan, inputs: Mapping[str, Any], outputs: Sequence
 # kernel with a dozen arguments), and an op of several launches is then
 # bound by the host at small sizes.  A plan fixes every integer, float and
 # constexpr argument, so after its first launch the compiled kernel can be
-# called again directly (``CompiledKernel[grid](*args)``, Triton's own
-# launcher) as long as the tensors keep the dtypes, device and 16-byte
-# alignment that the specialisation saw.  Anything unexpected (another
-# Triton layout, the interpreter, a missing argument) keeps the plain path.
+# called again directly as long as the input tensors keep the dtypes,
+# device and 16-byte alignment that the specialisation saw (the outputs are
+# the binding's fresh allocations of the plan's dtypes).  Anything
+# unexpected (another Triton layout, the interpreter, a missing argument)
+# keeps the plain path.
+#
+# Where the Triton version's launcher is one we know (3.6), the replay calls
+# its compiled C entry itself with the tensors' addresses as integers: that
+# skips Triton's per-launch Python (device and stream lookup, the scratch
+# allocators' closures) and the driver query that checks each pointer, which
+# the first launch of the plan already made.  A kernel that needs global or
+# profiling scratch, or a launch hook set by a profiler, takes Triton's own
+# runner instead.
 
 _REPLAY_LIMIT = 1024
 _replays: dict[int, tuple[LaunchPlan, Any]] = {}
+# Triton versions whose CudaLauncher.launch takes (gridX, gridY, gridZ,
+# stream, function, cooperative, pdl, global_scratch, profile_scratch,
+# packed_metadata, launch_metadata, enter_hook, exit_hook, *args).
+_DIRECT_TRITON = ("3.6.",)
 
 
-@dataclass(frozen=True)
 class _Replay:
-    runner: Any
-    tail: tuple[Any, ...]
-    signature: tuple[Any, ...]
+    """One plan's compiled launch, called again without Triton's binder."""
+
+    __slots__ = ("runner", "tail", "tensors", "outputs", "signature", "direct", "grid", "head")
+
+    def __init__(self, runner, tail, tensors, outputs, signature, direct, grid, head):
+        self.runner = runner
+        self.tail = tail
+        self.tensors = tensors  # positions of the plan's input tensors in the arguments
+        self.outputs = outputs  # positions of the outputs
+        self.signature = signature
+        self.direct = direct  # the C launch entry, or None
+        self.grid = grid
+        self.head = head  # the C entry's arguments between the stream and the kernel's
+
+    def run(self, args: list[Any], stream: Callable[[], int] | None) -> bool:
+        """Launch on ``args`` (inputs, then outputs) if they match the
+        specialisation; False (nothing launched) otherwise."""
+        ptrs = list(args)
+        sig = []
+        for i in self.tensors:
+            a = args[i]
+            p = ptrs[i] = a.data_ptr()
+            sig.append((a.dtype, a.device, p % 16 == 0))
+        if tuple(sig) != self.signature:
+            return False
+        if self.direct is None or stream is None or _hooks_set():
+            self.runner(*args, *self.tail)
+            return True
+        for i in self.outputs:
+            ptrs[i] = args[i].data_ptr()
+        self.direct(*self.grid, stream(), *self.head, *ptrs, *self.tail)
+        return True
 
 
-def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
-    """What Triton specialised on that a plan does not fix: each tensor's
-    dtype, device and whether its address is a multiple of 16."""
-    return tuple(
-        (a.dtype, a.device, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else None for a in args
-    )
+def _hooks_set() -> bool:
+    """Whether a profiler hooked Triton's launches (the direct route would
+    skip its hooks)."""
+    from triton import knobs
+
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        # Triton 3.6 keeps a HookChain, empty unless something was added.
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
+
+
+def _signature(args: Sequence[Any], tensors: Sequence[int]) -> tuple[Any, ...]:
+    """What Triton specialised on that a plan does not fix: each input
+    tensor's dtype, device and whether its address is a multiple of 16."""
+    return tuple((args[i].dtype, args[i].device, args[i].data_ptr() % 16 == 0) for i in tensors)
 
 
 def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Replay | None:
@@ -169,7 +225,38 @@ def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Repla
     if callable(grid):
         grid = grid(dict(zip(names, [*args, *tail], strict=True)))
     grid = tuple(grid) + (1,) * (3 - len(grid))
-    return _Replay(compiled[grid], tail, _signature(args))
+    n_in = len(args) - len(plan.outputs)
+    tensors = tuple(i for i in range(n_in) if hasattr(args[i], "data_ptr"))
+    outputs = tuple(range(n_in, len(args)))
+    direct, head = _direct_entry(compiled)
+    return _Replay(compiled[grid], tail, tensors, outputs, _signature(args, tensors), direct, grid, head)
+
+
+def _direct_entry(compiled: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The compiled launcher's C entry and the arguments it takes before the
+    kernel's own, where this Triton's layout is known; else (None, ())."""
+    import triton
+
+    if not triton.__version__.startswith(_DIRECT_TRITON):
+        return None, ()
+    launcher = compiled.run
+    try:
+        if launcher.global_scratch_size or launcher.profile_scratch_size or launcher.num_ctas != 1:
+            return None, ()
+        head = (
+            compiled.function,
+            launcher.launch_cooperative_grid,
+            launcher.launch_pdl,
+            None,  # global scratch
+            None,  # profiling scratch
+            compiled.packed_metadata,
+            None,  # launch metadata (only enter hooks read it)
+            None,  # enter hook (run checks that none is set)
+            None,  # exit hook
+        )
+        return launcher.launch, head
+    except AttributeError:
+        return None, ()
 
 
 def run_steps(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one) -> list[Any]:
