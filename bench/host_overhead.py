@@ -112,9 +112,12 @@ def launch_routes(torch, torch_api):
     case, so the GPU keeps up), by route: Triton's binder, Triton's runner
     for the compiled kernel, the compiled launcher's C entry, and what the
     binding does (core_triton.common.launch)."""
+    import importlib
+
     from core_triton.common import launch as core_launch
     from torch_api import _launch
-    from torch_api import flash_attention as fa
+
+    fa = importlib.import_module("torch_api.flash_attention")  # the module, not the function
 
     q, k, v = (torch.randn(1, 64, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     a = {p.name: None for p in fa.PARAMS}

@@ -27,10 +27,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 def pytest_collection_modifyitems(config, items):
     """``TWINKERNELS_DONE=<file>``: leave out the tests that a file of
-    pytest output (``-v`` or ``-vv`` lines with ``PASSED``) or of node ids names
-    as passed, so that a GPU run cut by its time limit goes on where it
-    stopped (gpu_run.sh passes the earlier calls' logs).  Only for runs of
-    one commit: a result on other code proves nothing."""
+    pytest output (``-v`` or ``-vv`` lines with ``PASSED``) or a list of
+    node ids (a file named ``*.ids``, one per line) names as passed, so
+    that a GPU run cut by its time limit goes on where it stopped
+    (gpu_run.sh passes the earlier calls' logs).  Only for runs of one
+    commit: a result on other code proves nothing."""
     path = os.environ.get("TWINKERNELS_DONE")
     if not path:
         return
@@ -42,9 +43,10 @@ def pytest_collection_modifyitems(config, items):
             for line in f:
                 # "[gw1] [ 10%] PASSED <id>" (xdist -vv), "<id> PASSED [ 9%]"
                 # (-v), "PASSED <seconds> <id>" (TWINKERNELS_REPORT), or a
-                # bare "<id>".
+                # bare "<id>" in an .ids list.  Not a bare id in a log:
+                # xdist -vv prints one when a test starts, passed or not.
                 words = line.split()
-                if "PASSED" in words or len(words) == 1:
+                if "PASSED" in words or (name.endswith(".ids") and len(words) == 1):
                     done.update(w for w in words if "::" in w)
     kept = [item for item in items if item.nodeid not in done]
     if len(kept) < len(items):
