@@ -24,16 +24,29 @@ export PYTHONPATH=$PWD/.gpu-site:$PWD PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREAL
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/twinkernels-triton-cache}
 mkdir -p "$TRITON_CACHE_DIR"
 # Compiling is most of a GPU run's time (PyTorch's kernels; jax-triton keeps
-# its own cache in memory).  The cache is saved after every call (NO_SAVE_CACHE=1
-# to skip it) as $out/triton-cache.txz.part-* (15 MB pieces: files come back up
-# to 16 MiB); copy them into .triton-cache-parts/ under a new name
-# (NAME.txz.part-*) and carry that folder to unpack them all first.
-# Several saved caches may lie there (NAME.txz.part-*, one archive per NAME),
-# oldest first by name: a later one's files replace an earlier one's.
+# its own cache in memory).  What a call compiled is saved at its end
+# (NO_SAVE_CACHE=1 to skip it) as standalone archives $out/triton-cache-NN.txz;
+# copy them into .triton-cache-parts/ under new names (NAME.txz) and carry that
+# folder to unpack them all first, oldest first by name (a later one's files
+# replace an earlier one's).  Older saves split one archive into pieces
+# (NAME.txz.part-aa, -ab, ...); those unpack too, when every piece is there.
+# An archive is checked whole before it is unpacked: a truncated one (a part
+# that did not come back) once left a cut cubin in the cache, which crashed
+# the process that loaded it (a segfault in Triton's load_binary).
 for first in .triton-cache-parts/*.txz.part-aa; do
   [ -e "$first" ] || continue
-  cat "${first%aa}"* | tar -xJf - -C "$TRITON_CACHE_DIR"
+  if cat "${first%aa}"* | xz -t 2> /dev/null; then
+    cat "${first%aa}"* | tar -xJf - -C "$TRITON_CACHE_DIR"
+  else
+    echo "skipping ${first%.part-aa}: incomplete archive" >&2
+  fi
 done
+for archive in .triton-cache-parts/*.txz; do
+  [ -e "$archive" ] || continue
+  if xz -t "$archive" 2> /dev/null; then tar -xJf "$archive" -C "$TRITON_CACHE_DIR"; else echo "skipping $archive" >&2; fi
+done
+# Entries compiled from here on are the ones a call saves.
+touch "$TRITON_CACHE_DIR/.unpacked"
 {
   nvidia-smi -L
   python3 -c "import jax, jax_triton, triton, torch; print('jax', jax.__version__, jax.devices()); print('jax-triton', jax_triton.__version__, 'triton', triton.__version__, 'torch', torch.__version__)"
@@ -88,6 +101,18 @@ if [ "$part" = compare ]; then
   timeout "${COMPARE_TIMEOUT:-400}" python3 -m bench.compare_trees .before 2>&1 | tee "$out/compare.log"
 fi
 if [ -z "${NO_SAVE_CACHE:-}" ]; then
+  # What this call compiled (entries newer than the unpacking), newest first,
+  # as standalone archives of at most ~48 MB of entries each
+  # ($out/triton-cache-NN.txz): files come back up to 16 MiB each and a
+  # total limit, so the oldest may not come back, and a missing one loses
+  # only its own entries.  Copy them into .triton-cache-parts/ under new names.
   command -v xz > /dev/null || echo "SAVE_CACHE: no xz on this machine" >&2
-  tar -cf - -C "$TRITON_CACHE_DIR" . | xz -T0 -6 | split -b 15m - "$out/triton-cache.txz.part-" && ls -l "$out"/triton-cache.txz.part-*
+  ( cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -newer .unpacked ! -name .unpacked -printf '%T@ %p\n' \
+      | sort -rn | cut -d' ' -f2- | while read -r entry; do echo "$(du -sk "$entry" | cut -f1) $entry"; done \
+      | awk '{ if (size + $1 > 49152 && size > 0) { n++; size = 0 } size += $1; print n + 0, $2 }' > /tmp/cache-groups )
+  for n in $(cut -d' ' -f1 /tmp/cache-groups | sort -un); do
+    awk -v n="$n" '$1 == n { print $2 }' /tmp/cache-groups \
+      | tar -cf - -C "$TRITON_CACHE_DIR" -T - | xz -T0 -6 > "$out/triton-cache-$(printf %02d "$n").txz"
+  done
+  ls -l "$out"/triton-cache-*.txz 2> /dev/null
 fi
