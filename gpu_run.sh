@@ -10,7 +10,8 @@
 #   PART=compare   before/after timings against the tree in .before;
 #   PART=tma       bench/flash_tma.py (issue 15's tensor-descriptor kernels);
 #   PART=host      bench/host_overhead.py and jaxlib's Triton kernel API;
-#   PART=issue15   both of the last two.
+#   PART=issue15   both of the last two;
+#   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py).
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
@@ -94,6 +95,19 @@ if [ "$part" = host ] || [ "$part" = issue15 ]; then
   # tensor-descriptor kernels): the constructor jax-triton calls.
   timeout 200 python3 -m bench.host_overhead 2>&1 | tee "$out/host_overhead.log"
   python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
+fi
+if [ "$part" = probe ]; then
+  # The large-tile chunk cases that never finished on the GPU, launch by
+  # launch (tests/launch_probe.py), each alone under a timeout: the last
+  # "launch" line without its "done" names the kernel that does not end.
+  # PROBE="K CHUNK DTYPE REVERSE;..." picks other cases.
+  cases=("128 128 bfloat16 1" "128 256 float32 0" "256 64 float32 1" "256 128 float32 0" "128 256 bfloat16 1" "256 256 float32 0")
+  [ -z "${PROBE:-}" ] || IFS=';' read -ra cases <<< "$PROBE"
+  for c in "${cases[@]}"; do
+    echo "== K CHUNK DTYPE REVERSE = $c"
+    timeout "${PROBE_TIMEOUT:-60}" python3 -m tests.launch_probe $c 2>&1 | tail -n 8
+    echo "exit ${PIPESTATUS[0]}"
+  done 2>&1 | tee "$out/probe.log"
 fi
 if [ "$part" = compare ]; then
   # Kernel-bound cases on the tree in .before (an extracted git archive of
