@@ -98,7 +98,29 @@ def _cases(torch, torch_api, triton, tl):
     def bare_launch():
         copy_kernel[(4,)](x, y, 4096, 1, 2, 3, 4, 5, 6, 7, 8, BLOCK=1024)
 
+    class Identity(torch.autograd.Function):
+        """Nothing but a Python backward: what autograd's hand-over to its
+        device thread and back costs this host, whatever the op."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    def python_function_fwd_bwd():
+        return torch.autograd.grad(Identity.apply(leaves[0]), leaves[:1], fdo)
+
+    def sdpa_fwd_bwd():
+        q, k, v = (t.transpose(1, 2) for t in leaves)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)
+        return torch.autograd.grad(out, leaves, fdo)
+
     return {
+        "empty autograd.Function fwd+bwd": python_function_fwd_bwd,
+        "sdpa fwd+bwd 4x1024": sdpa_fwd_bwd,
         "bare triton launch (12 args)": bare_launch,
         "torch lightning fwd 1x1024": lightning_fwd,
         "torch lightning fwd+bwd 1x1024": lightning_fwd_bwd,
@@ -163,7 +185,10 @@ def main(argv):
             f"== {name}: host {host * 1e6:.0f} us/call, wall {wall * 1e6:.0f} us/call,"
             f" gpu alone (CUDA graph) {gpu * 1e6:.0f} us/call"
         )
-        if "bare" in name:
+        if "bare" in name or "sdpa" in name or "empty" in name:
+            with torch.autograd.set_multithreading_enabled(False):
+                one_thread, _ = _rate(fn, torch)
+            print(f"   backward on the calling thread: host {one_thread * 1e6:.0f} us/call")
             continue
         # The same call with every kernel launch skipped: what our Python,
         # the allocations and autograd cost without Triton's launcher.
