@@ -7,6 +7,7 @@ Both variables must be set before triton is imported, hence here at the top.
 import os
 import shutil
 import subprocess
+import sys
 
 
 def _has_cuda_gpu() -> bool:
@@ -23,6 +24,32 @@ os.environ.setdefault("TWINKERNELS_POISON", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 # JAX would take 75% of a GPU's memory at start; torch shares the GPU here.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def _threads_per_worker() -> int:
+    """CPU threads each test process may use: the cores shared among the
+    xdist workers.  With torch's default (every core in every worker) 16
+    workers on 16 cores ran the float64 references 10-100 times slower
+    than alone (a K=32 reference: 0.3 s on one thread, 1.35 s on two
+    threads of a busy 2-core machine)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+# Read by OpenMP/BLAS when torch and numpy load, so before anything imports
+# them.  A count the user set stays; one this file set in xdist's controller
+# (which the workers inherit) is replaced by each worker's share.
+if "OMP_NUM_THREADS" not in os.environ or os.environ.get("TWINKERNELS_SET_THREADS") == "1":
+    os.environ["TWINKERNELS_SET_THREADS"] = "1"
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[_var] = str(_threads_per_worker())
+
+
+def _limit_torch_threads() -> None:
+    # A plugin may have imported torch before this file ran.
+    torch = sys.modules.get("torch")
+    if torch is not None and os.environ.get("TWINKERNELS_SET_THREADS") == "1":
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -63,6 +90,7 @@ def pytest_configure(config):
     ``<file>.failures``.  A GPU call cut by its time limit never prints
     pytest's summary; these files have what ran by then.  Written by the
     process that reports (xdist's controller), not by its workers."""
+    _limit_torch_threads()
     path = os.environ.get("TWINKERNELS_REPORT")
     if path and not hasattr(config, "workerinput"):
         _report["path"] = path

@@ -8,7 +8,8 @@ the float64 reference takes 16 s, and while they ran every other test on
 the GPU slowed down, as if kernels that never end were time-slicing it.
 This runs one such case in the PyTorch binding with every launch printed
 (kernel, grid, tiles) and waited for, so the last line printed before a
-timeout names the launch that hangs.  gpu_run.sh PART=probe runs the
+timeout names the launch that hangs; then it times the test's float64
+reference (the other suspect: CPU contention between test workers).  gpu_run.sh PART=probe runs the
 failing cases, each in its own process under a timeout.
 """
 
@@ -59,6 +60,17 @@ def main(argv):
     )
     grads = torch.autograd.grad((o.float().square().sum() + ht.sum()), (q, k, v, g, gamma, h0))
     print("finished; all finite:", all(bool(torch.isfinite(x).all()) for x in grads), flush=True)
+    # The float64 reference the test compares against, timed too: on the
+    # GPU machine 16 test workers share 16 cores, each with torch's default
+    # thread count.
+    from tests.reference_linear import linear_attention_ref
+
+    named = {"query": q, "key": k, "value": v, "g": g, "g_gamma": gamma, "initial_state": h0}
+    arrays = {n: t.detach().double().cpu().numpy() for n, t in named.items()}
+    start = time.perf_counter()
+    linear_attention_ref(arrays, None, reverse, None, np.ones(o.shape), np.ones(ht.shape))
+    seconds = time.perf_counter() - start
+    print(f"float64 reference: {seconds:.1f} s on {torch.get_num_threads()} threads", flush=True)
 
 
 if __name__ == "__main__":
