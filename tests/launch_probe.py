@@ -4,8 +4,9 @@
 The large-tile tests (tests/suites/chunk_linear_attn.py, head dims 128 and
 256, chunks 128 and 256) have never finished on the H100: each ran past
 350-410 s, although their kernels compile for sm_90 in under 10 s each and
-the float64 reference takes 16 s, and while they ran every other test on
-the GPU slowed down, as if kernels that never end were time-slicing it.
+the float64 reference takes 16 s on one thread, and while they ran every
+other test on the machine slowed down: kernels that never end, or (more
+likely) 16 workers each running torch on all 16 cores.
 This runs one such case in the PyTorch binding with every launch printed
 (kernel, grid, tiles) and waited for, so the last line printed before a
 timeout names the launch that hangs; then it times the test's float64
