@@ -92,11 +92,13 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
     outputs = [_allocate(spec, device, poison) for spec in plan.outputs]
     if device.type != "cuda":
         launch_direct(plan, used, outputs)
-    elif device.index != torch.cuda.current_device():
+        return outputs
+    stream = functools.partial(_raw_stream, device.index)
+    if device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            launch_direct(plan, used, outputs, functools.partial(_raw_stream, device.index))
+            launch_direct(plan, used, outputs, stream)
     else:
-        launch_direct(plan, used, outputs, functools.partial(_raw_stream, device.index))
+        launch_direct(plan, used, outputs, stream)
     return outputs
 
 

@@ -151,6 +151,8 @@ _replays: dict[int, tuple[LaunchPlan, Any]] = {}
 # stream, function, cooperative, pdl, global_scratch, profile_scratch,
 # packed_metadata, launch_metadata, enter_hook, exit_hook, *args).
 _DIRECT_TRITON = ("3.6.",)
+# triton.knobs.runtime, looked up once (its hooks are checked on every direct launch).
+_RUNTIME_KNOBS: list[Any] = [None]
 
 
 class _Replay:
@@ -171,13 +173,8 @@ class _Replay:
     def run(self, args: list[Any], stream: Callable[[], int] | None) -> bool:
         """Launch on ``args`` (inputs, then outputs) if they match the
         specialisation; False (nothing launched) otherwise."""
-        ptrs = list(args)
-        sig = []
-        for i in self.tensors:
-            a = args[i]
-            p = ptrs[i] = a.data_ptr()
-            sig.append((a.dtype, a.device, p % 16 == 0))
-        if tuple(sig) != self.signature:
+        sig, ptrs = _inspect(args, self.tensors)
+        if sig != self.signature:
             return False
         if self.direct is None or stream is None or _hooks_set():
             self.runner(*args, *self.tail)
@@ -191,19 +188,25 @@ class _Replay:
 def _hooks_set() -> bool:
     """Whether a profiler hooked Triton's launches (the direct route would
     skip its hooks)."""
-    from triton import knobs
-
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+    runtime = _RUNTIME_KNOBS[0]  # set by _direct_entry before any direct route exists
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
         # Triton 3.6 keeps a HookChain, empty unless something was added.
         if hook is not None and getattr(hook, "calls", True):
             return True
     return False
 
 
-def _signature(args: Sequence[Any], tensors: Sequence[int]) -> tuple[Any, ...]:
-    """What Triton specialised on that a plan does not fix: each input
-    tensor's dtype, device and whether its address is a multiple of 16."""
-    return tuple((args[i].dtype, args[i].device, args[i].data_ptr() % 16 == 0) for i in tensors)
+def _inspect(args: Sequence[Any], tensors: Sequence[int]) -> tuple[tuple[Any, ...], list[Any]]:
+    """What Triton specialised on that a plan does not fix (each input
+    tensor's dtype, device and whether its address is a multiple of 16), and
+    ``args`` with those tensors' addresses in their places."""
+    ptrs = list(args)
+    sig = []
+    for i in tensors:
+        a = args[i]
+        p = ptrs[i] = a.data_ptr()
+        sig.append((a.dtype, a.device, p % 16 == 0))
+    return tuple(sig), ptrs
 
 
 def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Replay | None:
@@ -229,7 +232,8 @@ def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Repla
     tensors = tuple(i for i in range(n_in) if hasattr(args[i], "data_ptr"))
     outputs = tuple(range(n_in, len(args)))
     direct, head = _direct_entry(compiled)
-    return _Replay(compiled[grid], tail, tensors, outputs, _signature(args, tensors), direct, grid, head)
+    signature = _inspect(args, tensors)[0]
+    return _Replay(compiled[grid], tail, tensors, outputs, signature, direct, grid, head)
 
 
 def _direct_entry(compiled: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -239,6 +243,7 @@ def _direct_entry(compiled: Any) -> tuple[Any, tuple[Any, ...]]:
 
     if not triton.__version__.startswith(_DIRECT_TRITON):
         return None, ()
+    _RUNTIME_KNOBS[0] = triton.knobs.runtime
     launcher = compiled.run
     try:
         if launcher.global_scratch_size or launcher.profile_scratch_size or launcher.num_ctas != 1:

@@ -1,0 +1,63 @@
+"""The replay's choice of route (core_triton.common.launch._Replay), on
+stand-in tensors so that it runs without a GPU: the GPU test
+(tests/torch/test_launch_replay.py) checks the bits; this checks what each
+route is handed and when the replay steps aside."""
+
+from types import SimpleNamespace
+
+from core_triton.common import launch as core_launch
+
+
+class FakeTensor:
+    def __init__(self, ptr, dtype="bf16", device="cuda:0"):
+        self.ptr, self.dtype, self.device = ptr, dtype, device
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def _replay(direct):
+    calls = {"runner": [], "direct": []}
+    q, k, out = FakeTensor(4096), FakeTensor(8192), FakeTensor(1024)
+    args = [q, 7, k, 0.5, out]  # inputs and scalars, then the output
+    tensors = (0, 2)
+    replay = core_launch._Replay(
+        runner=lambda *a: calls["runner"].append(a),
+        tail=("BM",),
+        tensors=tensors,
+        outputs=(4,),
+        signature=core_launch._inspect(args, tensors)[0],
+        direct=(lambda *a: calls["direct"].append(a)) if direct else None,
+        grid=(3, 2, 1),
+        head=("fn", "head"),
+    )
+    return replay, args, calls
+
+
+def test_direct_route_gets_addresses(monkeypatch):
+    monkeypatch.setattr(
+        core_launch, "_RUNTIME_KNOBS", [SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)]
+    )
+    replay, args, calls = _replay(direct=True)
+    assert replay.run(args, stream=lambda: 99)
+    assert calls["direct"] == [(3, 2, 1, 99, "fn", "head", 4096, 7, 8192, 0.5, 1024, "BM")]
+    assert calls["runner"] == []
+
+
+def test_runner_route_without_a_stream_or_with_hooks(monkeypatch):
+    replay, args, calls = _replay(direct=True)
+    hooked = SimpleNamespace(launch_enter_hook=SimpleNamespace(calls=[print]), launch_exit_hook=None)
+    monkeypatch.setattr(core_launch, "_RUNTIME_KNOBS", [hooked])
+    assert replay.run(args, stream=lambda: 99)
+    assert replay.run(args, stream=None)
+    assert calls["direct"] == []
+    assert calls["runner"] == [(*args, "BM")] * 2
+
+
+def test_steps_aside_for_another_specialisation():
+    replay, args, calls = _replay(direct=False)
+    for changed in (FakeTensor(4098), FakeTensor(4096, dtype="fp16"), FakeTensor(4096, device="cuda:1")):
+        assert not replay.run([changed, *args[1:]], stream=None)
+    assert calls == {"runner": [], "direct": []}
+    # Only the inputs are checked: the outputs are the binding's own allocations.
+    assert replay.run([*args[:4], FakeTensor(1026)], stream=None)
