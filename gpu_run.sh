@@ -116,17 +116,18 @@ if [ "$part" = compare ]; then
 fi
 if [ -z "${NO_SAVE_CACHE:-}" ]; then
   # What this call compiled (entries newer than the unpacking), newest first,
-  # as standalone archives of at most ~48 MB of entries each
+  # as standalone archives of at most ~160 MB of entries each (under 16 MB
+  # compressed)
   # ($out/triton-cache-NN.txz): files come back up to 16 MiB each and a
   # total limit, so the oldest may not come back, and a missing one loses
   # only its own entries.  Copy them into .triton-cache-parts/ under new names.
   command -v xz > /dev/null || echo "SAVE_CACHE: no xz on this machine" >&2
   ( cd "$TRITON_CACHE_DIR" && find . -mindepth 1 -maxdepth 1 -newer .unpacked ! -name .unpacked -printf '%T@ %p\n' \
       | sort -rn | cut -d' ' -f2- | while read -r entry; do echo "$(du -sk "$entry" | cut -f1) $entry"; done \
-      | awk '{ if (size + $1 > 49152 && size > 0) { n++; size = 0 } size += $1; print n + 0, $2 }' > /tmp/cache-groups )
+      | awk '{ if (size + $1 > 163840 && size > 0) { n++; size = 0 } size += $1; print n + 0, $2 }' > /tmp/cache-groups )
   for n in $(cut -d' ' -f1 /tmp/cache-groups | sort -un); do
     awk -v n="$n" '$1 == n { print $2 }' /tmp/cache-groups \
-      | tar -cf - -C "$TRITON_CACHE_DIR" -T - | xz -T0 -6 > "$out/triton-cache-$(printf %02d "$n").txz"
+      | tar -cf - -C "$TRITON_CACHE_DIR" -T - | xz -T0 -3 > "$out/triton-cache-$(printf %02d "$n").txz"
   done
   ls -l "$out"/triton-cache-*.txz 2> /dev/null
 fi

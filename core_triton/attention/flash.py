@@ -102,10 +102,29 @@ _DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
 MEASURED = True
 
 
-def _measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
+# Head dims of 129-256 likewise, in bf16/fp16: the autotuner's timings on the
+# H100 (B4 H16 T1024 and T4096, causal or not; ``python -m bench.flash_sweep``)
+# put the same config first in all four cases for each kernel, 1.2-1.4x ahead
+# of the next (forward 2.35 ms at T4096 against 2.91; dK/dV 11.4 against 13.1;
+# dQ 3.75 against 4.89).  A fixed choice also spares a first call the
+# sweep's compiles (about a minute per mask and dtype).
+_MEASURED_256 = {"fwd": (128, 64, 8, 2), "dkdv": (64, 64, 8, 2), "dq": (128, 32, 8, 2)}
+# Float32 inputs at head dims 129-256 multiply on FMA units (IEEE) and keep
+# [rows, 256] float32 accumulators that no tile size fits in registers: every
+# candidate spills.  The autotuner's larger candidates need so much local
+# memory per thread (dK/dV at 32x64, 4 warps: 17 KB, about 4.7 GB reserved
+# over the GPU at launch) that a launch on a busy GPU failed with "out of
+# memory".  One small config, 8 warps to share the accumulators (3-9 KB of
+# stack per thread, compiled for sm_90), for every kernel and feature.
+_FLOAT32_256 = (32, 32, 8, 1)
+
+
+def _measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int, dtype: str = "bfloat16"):
     """(BM, BN, num_warps, num_stages) for ``kind``, or None to autotune."""
-    if not MEASURED or dim_class != 128 or interpreter_requested():
+    if not MEASURED or dim_class == 64 or interpreter_requested():
         return None
+    if dim_class == 256:
+        return _FLOAT32_256 if dtype == "float32" else _MEASURED_256[kind]
     if kind == "fwd":  # loops over keys
         return (128, 64, 8, 3) if Tk >= 2048 else (64, 64, 4, 3)
     if kind == "dq":  # loops over keys
@@ -541,10 +560,13 @@ def attention_plans(
     # other features take one fixed config.
     tuned = not (has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None)
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
+    # Float32 at head dims past 128 takes its one config with every feature.
+    f32_wide = dim_class == 256 and q.dtype == "float32" and not interpreter_requested()
 
     def kernel_and_grid(kind, table, rows, programs):
         configs = table[dim_class]
-        chosen = _measured_choice(kind[0], dim_class, opts.causal, Tq, Tk) if tuned else None
+        chosen = _measured_choice(kind[0], dim_class, opts.causal, Tq, Tk, q.dtype) if tuned else None
+        chosen = _FLOAT32_256 if f32_wide else chosen
         if tuned and chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
             return _tuned(kind[0], dim_class), grid, {}, None, None
@@ -691,7 +713,7 @@ def attention_plans(
         # The same working set as the dQ kernel (BM queries, BN keys, q/dO
         # and k/v tiles): its fixed configs.
         configs = _DQ_CONFIGS[dim_class]
-        bm, bn, w, s = configs[min(fixed, len(configs) - 1)]
+        bm, bn, w, s = _FLOAT32_256 if f32_wide else configs[min(fixed, len(configs) - 1)]
         consts = {n: common[n] for n in _DBIAS_CONSTS}
         return LaunchPlan(
             kernel=flash_bwd_dbias_kernel,

@@ -71,3 +71,29 @@ def test_cached_planners_still_check_every_call():
             planner(q, q, q, *extra, causal=1)
         with pytest.raises(TypeError, match="sliding_window"):
             planner(q, q, q, *extra, sliding_window=([1], 2))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
+    """Past head dim 128 a GPU runs fixed configs, never an autotuning sweep:
+    bf16 the measured ones when plain or causal, float32 its one small config
+    with every feature (the bias gradient included)."""
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+    try:
+        q = _info((1, 1024, 4, 256), dtype)
+        bias = _info((1, 4, 1024, 1024))
+        for extra in ({}, {"causal": True}, {"bias": bias}, {"sliding_window": 16}):
+            plans, _ = flash.plans(q, q, q, **extra)
+            launches = {"fwd": plans.forward, **dict(zip(("dkdv", "dq"), plans.grads(q), strict=True))}
+            if "bias" in extra:
+                launches["dbias"] = plans.dbias(q)
+            for kind, plan in launches.items():
+                got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
+                if dtype == "float32":
+                    assert got == flash._FLOAT32_256, (extra, kind, got)
+                elif not extra or "causal" in extra:
+                    assert got == flash._MEASURED_256[kind], (extra, kind, got)
+                assert not hasattr(plan.kernel, "configs"), (extra, kind)  # no autotuner
+    finally:
+        flash.attention_plans.cache_clear()

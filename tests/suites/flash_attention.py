@@ -340,9 +340,9 @@ class FlashAttentionSuite:
     @pytest.mark.parametrize("case", sorted(GPU_CASES))
     def test_gpu_sizes(self, case, causal, dtype):
         # The configs a GPU picks (core_triton.attention.flash's
-        # _measured_choice for head dim 128 at T >= 2048, the autotuned
-        # sweep at 256, the fixed configs and the bias-gradient kernel with
-        # a bias), against the float64 reference.  The interpreter runs
+        # _measured_choice for head dim 128 at T >= 2048 and at 256, the
+        # float32 config past 128, the fixed configs and the bias-gradient
+        # kernel with a bias), against the float64 reference.  The interpreter runs
         # other (small) blocks: GPU only.
         if interpreter_requested():
             pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
