@@ -562,12 +562,17 @@ def attention_plans(
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
     # Float32 at head dims past 128 takes its one config with every feature.
     f32_wide = dim_class == 256 and q.dtype == "float32" and not interpreter_requested()
+    # Float32 never autotunes: its products run on FMA units (IEEE), where
+    # the sweep's large tiles only spill, and compiling every candidate made
+    # a first float32 call at head dim 64 take minutes (jax-triton compiles
+    # them all too).  Up to 64 it takes the fixed config of the features.
+    sweep = tuned and q.dtype != "float32"
 
     def kernel_and_grid(kind, table, rows, programs):
         configs = table[dim_class]
         chosen = _measured_choice(kind[0], dim_class, opts.causal, Tq, Tk, q.dtype) if tuned else None
         chosen = _FLOAT32_256 if f32_wide else chosen
-        if tuned and chosen is None:
+        if sweep and chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
             return _tuned(kind[0], dim_class), grid, {}, None, None
         bm, bn, w, s = chosen or configs[min(fixed, len(configs) - 1)]

@@ -97,3 +97,22 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
                 assert not hasattr(plan.kernel, "configs"), (extra, kind)  # no autotuner
     finally:
         flash.attention_plans.cache_clear()
+
+
+@pytest.mark.parametrize("D", [16, 64, 128])
+def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
+    """Float32 flash (FMA products) takes a fixed config on a GPU, plain or
+    causal too; half precision at head dims up to 64 keeps its sweep."""
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+    try:
+        for dtype in ("float32", "bfloat16"):
+            q = _info((2, 300, 4, D), dtype)
+            for causal in (False, True):
+                plans, _ = flash.plans(q, q, q, causal=causal)
+                for plan in (plans.forward, *plans.grads(q)):
+                    swept = hasattr(plan.kernel, "configs")
+                    assert swept == (dtype == "bfloat16" and D <= 64), (dtype, causal, plan.kernel)
+                    assert swept or plan.constexprs["BM"] and plan.constexprs["BN"]
+    finally:
+        flash.attention_plans.cache_clear()
