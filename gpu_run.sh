@@ -2,7 +2,10 @@
 # The whole GPU check (device machines have no network): install the carried
 # wheels (.whl: jax-triton, fla-core, pytest-xdist, execnet), then
 #   PART=tests  the test suite on the GPU (JAX through jax-triton), 8 workers
-#               (Triton compiles on the CPU), then the tests that need tens of
+#               (Triton compiles on the CPU; WORKERS=16 on the H100), each
+#               given a contiguous share of the tests (--dist worksteal: a
+#               JAX worker compiles a kernel once for the tests of one file,
+#               not every worker every kernel), then the tests that need tens of
 #               GB of GPU memory one after another, and the demo;
 #   PART=bench  the benchmarks (BENCH="linear_attention attention" picks some);
 #   PART=all    both (the default; more than one 10-minute device call);
@@ -66,7 +69,7 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   # prints no summary.  They serve as DONE logs too.
   [ -z "${DONE:-}" ] || export TWINKERNELS_DONE="$DONE"
   [ -n "${SKIP_MAIN:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform TWINKERNELS_REPORT="$out/report.txt" timeout "${TESTS_TIMEOUT:-480}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -n "${WORKERS:-8}" \
-    -m "not xdist_group" --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
+    -m "not xdist_group" --dist worksteal --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
   [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform TWINKERNELS_REPORT="$out/report-big.txt" timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
     -m xdist_group -W ignore::DeprecationWarning --durations=5 -rfE --tb=short ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests-big.log"
   [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
