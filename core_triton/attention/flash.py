@@ -119,12 +119,12 @@ _MEASURED_256 = {"fwd": (128, 64, 8, 2), "dkdv": (64, 64, 8, 2), "dq": (128, 32,
 _FLOAT32_256 = (32, 32, 8, 1)
 
 
-def _measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int, dtype: str = "bfloat16"):
+def _measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
     """(BM, BN, num_warps, num_stages) for ``kind``, or None to autotune."""
     if not MEASURED or dim_class == 64 or interpreter_requested():
         return None
     if dim_class == 256:
-        return _FLOAT32_256 if dtype == "float32" else _MEASURED_256[kind]
+        return _MEASURED_256[kind]
     if kind == "fwd":  # loops over keys
         return (128, 64, 8, 3) if Tk >= 2048 else (64, 64, 4, 3)
     if kind == "dq":  # loops over keys
@@ -560,22 +560,27 @@ def attention_plans(
     # other features take one fixed config.
     tuned = not (has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None)
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
-    # Float32 at head dims past 128 takes its one config with every feature.
-    f32_wide = dim_class == 256 and q.dtype == "float32" and not interpreter_requested()
-    # Float32 never autotunes: its products run on FMA units (IEEE), where
-    # the sweep's large tiles only spill, and compiling every candidate made
-    # a first float32 call at head dim 64 take minutes (jax-triton compiles
-    # them all too).  Up to 64 it takes the fixed config of the features.
-    sweep = tuned and q.dtype != "float32"
+
+    def config(kind, table):
+        """(BM, BN, num_warps, num_stages) of ``kind``, or None to autotune."""
+        if dim_class == 256 and q.dtype == "float32" and not interpreter_requested():
+            return _FLOAT32_256  # every kernel and feature
+        if tuned:
+            chosen = _measured_choice(kind, dim_class, opts.causal, Tq, Tk)
+            # Float32 never autotunes: its products run on FMA units (IEEE),
+            # where the sweep's large tiles only spill, and compiling every
+            # candidate made a first float32 call at head dim 64 take minutes
+            # (jax-triton compiles them all too).  It takes the features' config.
+            if chosen is not None or q.dtype != "float32":
+                return chosen
+        return table[dim_class][min(fixed, len(table[dim_class]) - 1)]
 
     def kernel_and_grid(kind, table, rows, programs):
-        configs = table[dim_class]
-        chosen = _measured_choice(kind[0], dim_class, opts.causal, Tq, Tk, q.dtype) if tuned else None
-        chosen = _FLOAT32_256 if f32_wide else chosen
-        if sweep and chosen is None:
+        chosen = config(kind[0], table)
+        if chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
             return _tuned(kind[0], dim_class), grid, {}, None, None
-        bm, bn, w, s = chosen or configs[min(fixed, len(configs) - 1)]
+        bm, bn, w, s = chosen
         block = {"BM": bm, "BN": bn}
         kernel = {"fwd": flash_fwd_kernel, "dkdv": flash_bwd_dkdv_kernel, "dq": flash_bwd_dq_kernel}[kind[0]]
         return kernel, (cdiv(rows, block[kind[1]]), programs), block, w, s
@@ -716,9 +721,8 @@ def attention_plans(
         Bb, Hb = bias.shape[0], bias.shape[1]
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         # The same working set as the dQ kernel (BM queries, BN keys, q/dO
-        # and k/v tiles): its fixed configs.
-        configs = _DQ_CONFIGS[dim_class]
-        bm, bn, w, s = _FLOAT32_256 if f32_wide else configs[min(fixed, len(configs) - 1)]
+        # and k/v tiles): its config (a bias is never autotuned).
+        bm, bn, w, s = config("dq", _DQ_CONFIGS)
         consts = {n: common[n] for n in _DBIAS_CONSTS}
         return LaunchPlan(
             kernel=flash_bwd_dbias_kernel,

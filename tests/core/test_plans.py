@@ -106,13 +106,22 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
     monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
     flash.attention_plans.cache_clear()
     try:
+        tables = {"fwd": flash._FWD_CONFIGS, "dkdv": flash._DKDV_CONFIGS, "dq": flash._DQ_CONFIGS}
         for dtype in ("float32", "bfloat16"):
             q = _info((2, 300, 4, D), dtype)
             for causal in (False, True):
                 plans, _ = flash.plans(q, q, q, causal=causal)
-                for plan in (plans.forward, *plans.grads(q)):
+                launches = zip(("fwd", "dkdv", "dq"), (plans.forward, *plans.grads(q)), strict=True)
+                for kind, plan in launches:
                     swept = hasattr(plan.kernel, "configs")
                     assert swept == (dtype == "bfloat16" and D <= 64), (dtype, causal, plan.kernel)
-                    assert swept or plan.constexprs["BM"] and plan.constexprs["BN"]
+                    if swept:
+                        continue
+                    got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
+                    # Head dim 128: the measured configs; up to 64: the features' one.
+                    want = flash._measured_choice(kind, 128, causal, 300, 300) if D == 128 else None
+                    table = tables[kind][64]
+                    want = want or table[min(flash._FIXED[64], len(table) - 1)]
+                    assert got == want, (dtype, causal, kind, got)
     finally:
         flash.attention_plans.cache_clear()
