@@ -96,7 +96,7 @@ if [ "$part" = host ] || [ "$part" = issue15 ]; then
   # Where an eager call's host time goes (issue 13), and whether this jaxlib
   # can give Triton kernels global scratch (what the JAX binding needs for the
   # tensor-descriptor kernels): the constructor jax-triton calls.
-  timeout 200 python3 -m bench.host_overhead 2>&1 | tee "$out/host_overhead.log"
+  timeout "${HOST_TIMEOUT:-200}" python3 -m bench.host_overhead 2>&1 | tee "$out/host_overhead.log"
   python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
 fi
 if [ "$part" = probe ]; then

@@ -118,7 +118,33 @@ def _cases(torch, torch_api, triton, tl):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2)
         return torch.autograd.grad(out, leaves, fdo)
 
+    # The issue's shape: B2 T512 H8 D64 causal, where SDPA's eager call is
+    # bound by the host.
+    small = [torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    sdo = torch.randn_like(small[0])
+    sg = (-torch.nn.functional.softplus(torch.randn(2, 512, 8, device="cuda"))).requires_grad_(True)
+
+    def flash_small():
+        return torch.autograd.grad(torch_api.flash_attention(*small, causal=True), small, sdo)
+
+    def sdpa_small():
+        q, k, v = (t.transpose(1, 2) for t in small)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+        return torch.autograd.grad(out, small, sdo)
+
+    def chunk_small():
+        out = torch_api.chunk_linear_attn(*small, g=sg)[0]
+        return torch.autograd.grad(out, [*small, sg], sdo)
+
+    def lightning_small():
+        out = torch_api.lightning_attn(*small, layer_idx=2, num_layers=8)[0]
+        return torch.autograd.grad(out, small, sdo)
+
     return {
+        "sdpa causal fwd+bwd 2x512x8x64": sdpa_small,
+        "torch flash causal fwd+bwd 2x512x8x64": flash_small,
+        "torch chunk g fwd+bwd 2x512x8x64": chunk_small,
+        "torch lightning fwd+bwd 2x512x8x64": lightning_small,
         "empty autograd.Function fwd+bwd": python_function_fwd_bwd,
         "sdpa fwd+bwd 4x1024": sdpa_fwd_bwd,
         "bare triton launch (12 args)": bare_launch,
@@ -168,6 +194,32 @@ def launch_routes(torch, torch_api):
         print(f"   {name}: host {host * 1e6:.1f} us/launch, wall {wall * 1e6:.1f}")
 
 
+def _python_speed():
+    """Seconds for a fixed pure-Python workload: compares this host's
+    interpreter speed with another machine's (the same line runs anywhere)."""
+    start = time.perf_counter()
+    d = {}
+    for i in range(200_000):
+        d[i % 97] = (i, str(i))
+    return time.perf_counter() - start
+
+
+def _torch_profile(torch, fn, rows=30):
+    """torch.profiler's per-op host time (aten ops, CUDA runtime and driver
+    calls), backward on the calling thread."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.autograd.set_multithreading_enabled(False):
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
 def main(argv):
     import torch
     import triton
@@ -176,9 +228,14 @@ def main(argv):
     import torch_api
     from torch_api import _launch
 
+    print(f"== pure-Python workload: {_python_speed() * 1e3:.1f} ms (compare across hosts)")
+    cases = _cases(torch, torch_api, triton, tl)
+    for name in ("sdpa causal fwd+bwd 2x512x8x64", "torch flash causal fwd+bwd 2x512x8x64"):
+        print(f"== torch.profiler, {name} (20 calls)")
+        print(_torch_profile(torch, cases[name]), flush=True)
     launch_routes(torch, torch_api)
     real = _launch.launch_direct
-    for name, fn in _cases(torch, torch_api, triton, tl).items():
+    for name, fn in cases.items():
         host, wall = _rate(fn, torch)
         gpu = _gpu(fn, torch)
         print(
