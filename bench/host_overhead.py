@@ -120,7 +120,7 @@ def _cases(torch, torch_api, triton, tl):
 
     # The shape: B2 T512 H8 D64 causal, where SDPA's eager call is
     # bound by the host.
-    small = [torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    small = [rand(2, 512, 8, 64, grad=True) for _ in range(3)]
     sdo = torch.randn_like(small[0])
     sg = (-torch.nn.functional.softplus(torch.randn(2, 512, 8, device="cuda"))).requires_grad_(True)
 

@@ -9,7 +9,11 @@ forward+backward call at B=2, T=512, H=8, D=64 (bfloat16), for
 beside the GPU time of our kernels alone (the eager call captured once in a
 CUDA graph and replayed: no host work).  Calls are queued back to back and
 synchronised once per batch (bench.common.time_per_call), so a host-bound
-call shows its host time.  ``python -m bench latency``.
+call shows its host time ("us").  "gpu us" is the device time one call
+keeps the GPU busy (torch.profiler: every kernel, copy and fill of 20 calls,
+summed): under ``reduce-overhead`` it shows what the CUDA graphs run beside
+our kernels (input copies), which the host-bound wall time hides.
+``python -m bench latency``.
 """
 
 from __future__ import annotations
@@ -102,6 +106,22 @@ def _gpu_time(torch, step):
     return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=50, reps=5)
 
 
+def _device_time(torch, step, n=20):
+    """Seconds of device activity (kernels, copies, fills) per call."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    total = sum(e.device_time for e in prof.events() if e.device_type == DeviceType.CUDA)
+    return total / n / 1e6
+
+
 def run(progress=None) -> list[dict]:
     import torch
 
@@ -124,7 +144,12 @@ def run(progress=None) -> list[dict]:
                     if compiled:
                         torch._dynamo.reset()
                         fn = torch.compile(fn, mode="reduce-overhead", fullgraph=True)
-                    t = time_per_call(_step(torch, fn, x, compiled), sync, iters=50, reps=5, warmup=5)
+                    step = _step(torch, fn, x, compiled)
+                    t = time_per_call(step, sync, iters=50, reps=5, warmup=5)
+                    try:
+                        row["gpu us"] = f"{_device_time(torch, step) * 1e6:.1f}"
+                    except Exception as e:  # the profiler is a side measurement
+                        row["gpu us"] = f"error: {type(e).__name__}"
                 row["us"] = f"{t * 1e6:.1f}"
             except Exception as e:  # fla is optional; one failure must not hide the rest
                 row["us"] = f"error: {type(e).__name__}: {str(e)[:100]}"
@@ -134,12 +159,14 @@ def run(progress=None) -> list[dict]:
                 progress.update(1)
     _ratios(rows)
     save("latency", rows, {"device": torch.cuda.get_device_name(), "B": B, "T": T, "H": H, "D": D})
-    print(markdown_table(rows, ["case", "impl", "us", "vs sdpa eager", "vs kernels"]))
+    columns = ["case", "impl", "us", "vs sdpa eager", "vs kernels", "gpu us", "gpu vs kernels"]
+    print(markdown_table(rows, columns))
     return rows
 
 
 def _ratios(rows):
-    """Wall time over SDPA eager's (flash) and over our kernels' GPU time."""
+    """Wall time over SDPA eager's (flash) and over our kernels' GPU time,
+    and the device time per call over our kernels' GPU time."""
     by = {(r["case"], r["impl"]): r for r in rows}
     for r in rows:
         try:
@@ -152,6 +179,10 @@ def _ratios(rows):
             r["vs sdpa eager"] = f"{t / float(sdpa):.2f}x"
         if gpu and not gpu.startswith("error"):
             r["vs kernels"] = f"{t / float(gpu):.2f}x"
+            try:
+                r["gpu vs kernels"] = f"{float(r['gpu us']) / float(gpu):.2f}x"
+            except (KeyError, ValueError):
+                pass
 
 
 def count() -> int:

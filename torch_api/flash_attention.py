@@ -52,18 +52,58 @@ def _plans(a, info_of):
     return plans
 
 
+_NAMES = tuple(p.name for p in PARAMS)
+_TENSORS = tuple(p.name for p in PARAMS if p.is_tensor)
+# Eager calls repeat the same shapes: each distinct call signature's plans
+# and constant index inputs are kept (a call's host time is most of the
+# work at small sizes; see torch_api._launch's fast path).
+_MEMO_LIMIT = 256
+_memo: dict = {}
+
+
+def _signature(a):
+    """What the plans depend on: each tensor's layout, every option, and
+    core's plan generation (a test may switch the kernels core plans)."""
+    return core.GENERATION, *(
+        (v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else v
+        for v in map(a.get, _NAMES)
+    )
+
+
 def _prepare(a):
     """Plans and launch inputs (index arrays and sinks read with unit stride)."""
-    a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
-    plans = _plans(a, info)
-    q = a["query"]
-    idx = index_inputs(plans, *(a[n] for n in _INDEX), (q.shape[1], a["key"].shape[1]), q.device)
-    inputs = {"q": q, "k": a["key"], "v": a["value"], **idx}
+    try:
+        key = _signature(a)
+        plans, constants = _memo[key]
+    except TypeError:  # an unhashable option (a list under the custom op): plan it
+        key = None
+        plans, constants = _plan_call(a)
+    except KeyError:
+        plans, constants = _memo[key] = _plan_call(a)
+        if len(_memo) > _MEMO_LIMIT:
+            _memo.clear()
+    inputs = {"q": a["query"], "k": a["key"], "v": a["value"], **constants}
+    for name in _INDEX:
+        if a[name] is not None:
+            inputs[name] = a[name].detach().contiguous()
     if a["softmax_aux"] is not None:
-        inputs["softmax_aux"] = a["softmax_aux"]
+        inputs["softmax_aux"] = a["softmax_aux"].contiguous()
     if a["bias"] is not None:
         inputs["bias"] = a["bias"]
     return plans, inputs
+
+
+def _plan_call(a):
+    """The plans of a call and its constant index inputs (piece offsets, the
+    positions a call leaves out)."""
+    # Planned as launched: index arrays and sinks with unit stride.
+    a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
+    plans = _plans(a, info)
+    q = a["query"]
+    constants = index_inputs(
+        plans, None, None, a["q_positions"], a["kv_positions"], (q.shape[1], a["key"].shape[1]), q.device
+    )
+    return plans, constants
 
 
 def _forward(a):
@@ -72,27 +112,42 @@ def _forward(a):
     return (out, lse), [], (plans, inputs)
 
 
+_grad_memo: dict = {}
+
+
+def _grad_plans(plans, out, dout):
+    """The backward's plans (preprocess, dK/dV, dQ) for a cotangent's layout."""
+    key = (id(plans), dout.shape, dout.stride(), dout.dtype, out.stride())
+    found = _grad_memo.get(key)
+    if found is None or found[0] is not plans:
+        found = (plans, plans.preprocess(info(out), info(dout)), *plans.grads(info(dout)))
+        if len(_grad_memo) >= _MEMO_LIMIT:
+            _grad_memo.clear()
+        _grad_memo[key] = found
+    return found[1:]
+
+
 def _backward(a, outputs, extras, cotangents, needs, state):
     plans, inputs = _prepare(a) if state is None else state
     out, lse = outputs
     dout, dlse = cotangents
     dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)
-    (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
+    pre_plan, dkdv_plan, dq_plan = _grad_plans(plans, out, dout)
+    (delta,) = launch(pre_plan, {"o": out, "do": dout})
     # An unused lse (the usual case) arrives as None: nothing to subtract.
     if dlse is not None:
         delta = delta - dlse.float()
-    dkdv_plan, dq_plan = plans.grads(info(dout))
     inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
     dk, dv = launch(dkdv_plan, inputs)
     (dq,) = launch(dq_plan, inputs)
-    need = dict(zip((p.name for p in PARAMS if p.is_tensor), needs, strict=True))
+    need = dict(zip(_TENSORS, needs, strict=True))
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
     # Bias shape and dtype, reduced over broadcast dims inside the launch;
     # nothing is launched or allocated when the bias needs no gradient.
     db = launch(plans.dbias(info(dout)), inputs)[0] if need["bias"] else None
     grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
-    return tuple(grads.get(p.name) for p in PARAMS if p.is_tensor)
+    return tuple(map(grads.get, _TENSORS))
 
 
 def _empty(spec, device):
@@ -107,7 +162,7 @@ def _fake_forward(a):
 
 def _fake_backward(a, outputs, extras, cotangents, needs):
     _plans(a, fake_info)
-    need = dict(zip((p.name for p in PARAMS if p.is_tensor), needs, strict=True))
+    need = dict(zip(_TENSORS, needs, strict=True))
 
     def like(name):
         t = a[name]
@@ -117,7 +172,7 @@ def _fake_backward(a, outputs, extras, cotangents, needs):
     for n in ("softmax_aux", "bias"):
         if need[n] and a[n] is not None:
             grads[n] = like(n)
-    return tuple(grads.get(p.name) for p in PARAMS if p.is_tensor)
+    return tuple(map(grads.get, _TENSORS))
 
 
 _OP = TorchOp("flash_attention", PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
@@ -131,10 +186,7 @@ def sink_grad(sink, lse, delta):
 
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
     """The index inputs of ``plans`` (see jax_api.flash_attention.index_inputs)."""
-    idx = {
-        "qoff": device_constant(tuple(plans.qoff), torch.int32, torch.device(device)),
-        "koff": device_constant(tuple(plans.koff), torch.int32, torch.device(device)),
-    }
+    idx = constant_inputs(plans, q_positions is not None, kv_positions is not None, lengths, device)
     for name, value in (
         ("q_segment_ids", q_segment_ids),
         ("kv_segment_ids", kv_segment_ids),
@@ -143,8 +195,20 @@ def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions
     ):
         if value is not None:
             idx[name] = value.detach().contiguous()
-    for name, n in core.missing_positions(*lengths, q_positions, kv_positions).items():
-        idx[name] = torch.arange(n, dtype=torch.int32, device=device)
+    return idx
+
+
+def constant_inputs(plans, has_q_positions, has_kv_positions, lengths, device):
+    """The index inputs that do not come from the call: the pieces' offsets
+    and ``arange`` positions for the side that gives none when the other does."""
+    device = torch.device(device)
+    idx = {
+        "qoff": device_constant(tuple(plans.qoff), torch.int32, device),
+        "koff": device_constant(tuple(plans.koff), torch.int32, device),
+    }
+    given = (True if has_q_positions else None, True if has_kv_positions else None)
+    for name, n in core.missing_positions(*lengths, *given).items():
+        idx[name] = device_constant(tuple(range(n)), torch.int32, device)
     return idx
 
 

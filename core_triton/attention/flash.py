@@ -180,11 +180,18 @@ def set_tma_backward(enabled: bool, configs: dict | None = None) -> None:
     _replan(TMA_BWD_CONFIGS, configs)
 
 
+# Counts replans: a binding that keeps plans per call signature (the torch
+# binding's eager memo) drops them when this changes.
+GENERATION = 0
+
+
 def _replan(table: dict, configs: dict | None) -> None:
+    global GENERATION
     if configs is not None:
         table.update(configs)
     attention_plans.cache_clear()
     plans.cache_clear()
+    GENERATION += 1
 
 
 def _row_major(info: TensorInfo) -> bool:

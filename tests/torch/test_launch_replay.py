@@ -9,6 +9,7 @@ import triton
 
 import torch_api
 from core_triton.common import launch as core_launch
+from torch_api import _launch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="replays compiled kernels only")
 
@@ -42,22 +43,40 @@ def _flash(q, k, v, do):
 
 
 @pytest.mark.parametrize("op", [_lightning, _flash], ids=["lightning", "flash"])
-def test_replay_gives_the_same_bits(op):
+def test_replay_gives_the_same_bits(op, monkeypatch):
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (_rand(2, 200, 4, 64, generator=g) for _ in range(4))
     core_launch._replays.clear()
+    _launch._fast.clear()
     first = op(q, k, v, do)
     replays = [entry[1] for entry in core_launch._replays.values()]
     assert replays and all(r is not None for r in replays), "every launch should be replayable"
-    if triton.__version__.startswith(core_launch._DIRECT_TRITON):
-        # The second call goes through the compiled launcher's C entry.
+    direct = triton.__version__.startswith(core_launch._DIRECT_TRITON)
+    if direct:
+        # The second call goes through the compiled launcher's C entry,
+        # every launch by the binding's fast path.
         assert all(r.direct is not None for r in replays)
+        assert len(_launch._fast) == len(replays)
+    fast_launches = []
+    real_call = _launch._Fast.__call__
+
+    def counted(self, inputs):
+        out = real_call(self, inputs)
+        fast_launches.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_launch._Fast, "__call__", counted)
     second = op(q, k, v, do)
+    if direct:
+        assert fast_launches and all(fast_launches), fast_launches
     for a, b in zip(first, second, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     # The same plans on misaligned copies: the replay must step aside (the
     # kernels were specialised for 16-byte aligned addresses) and Triton's
     # own path must give the same values.
+    fast_launches.clear()
     third = op(*(_misaligned_copy(t) for t in (q, k, v, do)))
+    if direct:
+        assert not all(fast_launches), "the fast path launched on misaligned addresses"
     for a, b in zip(first, third, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -1,0 +1,123 @@
+"""The torch binding's eager fast path (torch_api._launch._Fast): after a
+plan's first launch it calls the compiled launcher's C entry with the
+plan's scalars and the call's addresses, and steps aside (launching
+nothing) for anything the kernel was not specialised for.  The C entry is
+replaced by a recorder, so the logic runs on the CPU; the GPU suite runs
+the real entry (tests/torch/test_launch_replay.py and every op's tests)."""
+
+import gc
+import types
+import weakref
+
+import pytest
+import torch
+
+from core_triton import In, LaunchPlan, OutputSpec
+from core_triton.common import launch as core_launch
+from torch_api import _launch
+
+STREAM = 7
+
+
+@pytest.fixture
+def fast_plan(monkeypatch):
+    """A plan (x, a scalar, y, an absent optional input, an index array)
+    with a recorded replay, and the calls its C entry received."""
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
+    monkeypatch.setattr(core_launch, "_hooks_set", lambda: False)
+    monkeypatch.setenv("TWINKERNELS_POISON", "0")
+    plan = LaunchPlan(
+        kernel=object(),
+        grid=(3, 2, 1),
+        params=(In("x"), 11, In("y"), In("none"), In("idx"), 2.5),
+        outputs=(OutputSpec((2, 3), "float32"), OutputSpec((4,), "int32", fill=0.0)),
+    )
+    x = torch.randn(4, 8)
+    y = torch.randn(4, 8, dtype=torch.float64)
+    idx = torch.arange(6, dtype=torch.int32)[::2]  # 1-D, strided: launched through a copy
+    used = {"x": x, "y": y, "none": None, "idx": idx.contiguous()}
+    outputs = [torch.empty(2, 3), torch.zeros(4, dtype=torch.int32)]
+    replay = types.SimpleNamespace(
+        direct=lambda *a: calls.append(a),
+        tensors=(0, 2, 4),
+        signature=tuple((t.dtype, t.device, t.data_ptr() % 16 == 0) for t in (x, y, used["idx"])),
+        grid=(3, 2, 1),
+        head=("function", False),
+        tail=(64, 128),
+    )
+    monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
+    _launch._remember(plan, used, outputs, torch.device("cpu"))
+    fast = _launch._fast.pop(id(plan))
+    return fast, {"x": x, "y": y, "none": None, "idx": idx}, calls
+
+
+def test_fast_launch_passes_the_plans_scalars_and_the_calls_addresses(fast_plan):
+    fast, inputs, calls = fast_plan
+    x, y = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float64)
+    idx = torch.arange(10, 13, dtype=torch.int32)
+    outputs = fast({**inputs, "x": x, "y": y, "idx": idx})
+    assert [o.shape for o in outputs] == [(2, 3), (4,)]
+    assert [o.dtype for o in outputs] == [torch.float32, torch.int32]
+    assert torch.equal(outputs[1], torch.zeros(4, dtype=torch.int32)), "a filled output starts filled"
+    (call,) = calls
+    expected = (3, 2, 1, STREAM, "function", False)
+    expected += (x.data_ptr(), 11, y.data_ptr(), None, idx.data_ptr(), 2.5)
+    expected += (outputs[0].data_ptr(), outputs[1].data_ptr(), 64, 128)
+    assert call == expected
+
+
+def test_fast_launch_reads_strided_index_arrays_through_a_copy(fast_plan):
+    fast, inputs, calls = fast_plan
+    fast(inputs)
+    (call,) = calls
+    # inputs["idx"] is strided: the launch got a contiguous copy's address.
+    assert call[6 + 4] != inputs["idx"].data_ptr()
+
+
+@pytest.mark.parametrize("change", ["dtype", "misaligned", "absent input given", "device"])
+def test_fast_launch_steps_aside(fast_plan, change, monkeypatch):
+    """Nothing the compiled kernel was not specialised for is launched."""
+    fast, inputs, calls = fast_plan
+    if change == "dtype":
+        inputs = {**inputs, "y": inputs["y"].float()}
+    elif change == "misaligned":
+        base = torch.randn(33)
+        inputs = {**inputs, "x": base[1:].view(4, 8)}
+        assert inputs["x"].data_ptr() % 16 != 0
+    elif change == "absent input given":
+        inputs = {**inputs, "none": torch.randn(3)}
+    else:
+        monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 1, raising=False)
+    assert fast(inputs) is None
+    assert calls == []
+
+
+def test_fast_launch_poisons_outputs_in_tests(fast_plan, monkeypatch):
+    fast, inputs, _ = fast_plan
+    monkeypatch.setenv("TWINKERNELS_POISON", "1")
+    out, filled = fast(inputs)
+    assert torch.isnan(out).all()
+    assert torch.equal(filled, torch.zeros(4, dtype=torch.int32)), "a fill is kept"
+
+
+def test_fast_launch_keeps_no_tensor_of_its_first_call(monkeypatch):
+    """The template holds the plan's scalars only (no memory kept alive)."""
+    monkeypatch.setattr(core_launch, "_hooks_set", lambda: False)
+    x = torch.randn(1000)
+    out = torch.empty(10)
+    alive = [weakref.ref(x), weakref.ref(out)]
+    outputs = (OutputSpec((10,), "float32"),)
+    plan = LaunchPlan(kernel=object(), grid=(1, 1, 1), params=(In("x"), 3), outputs=outputs)
+    signature = ((x.dtype, x.device, True),)
+    replay = types.SimpleNamespace(
+        direct=lambda *a: None, tensors=(0,), signature=signature, grid=(1, 1, 1), head=(), tail=()
+    )
+    monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
+    _launch._remember(plan, {"x": x}, [out], torch.device("cpu"))
+    fast = _launch._fast.pop(id(plan))
+    del x, out
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+    assert fast.args == [0, 3, 0]
