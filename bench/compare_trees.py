@@ -9,6 +9,9 @@ Cases (bfloat16, public API only, so any version of the library runs
 them): flash attention B4 H16 D128, T 2k and 8k, causal and not, forward
 and forward+backward, both bindings; ``chunk_linear_attn`` with ``g`` and
 ``lightning_attn`` at B4 T4096 H16 K=V=128, forward+backward, PyTorch.
+With ``COMPARE_CASES=latency``: eager PyTorch forward+backward at B2 T512
+H8 D64 (flash causal, chunk with ``g``, lightning), host-bound, in us per
+call, with SDPA's in each process as the host's yardstick.
 """
 
 from __future__ import annotations
@@ -66,15 +69,48 @@ for name, fn in (
     print(f"RESULT linear {name} {timed(fn, tsync, iters=10) * 1e3:.3f} ms", flush=True)
 """
 
+_LATENCY = r"""
+import time, statistics
+import torch
+import torch_api
+
+def timed(fn, iters=50, reps=7):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t) / iters)
+    return statistics.median(out)
+
+x = [torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+g = (-torch.nn.functional.softplus(torch.randn(2, 512, 8, device="cuda"))).requires_grad_(True)
+do = torch.randn_like(x[0])
+def sdpa():
+    q, k, v = (t.transpose(1, 2) for t in x)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    return torch.autograd.grad(out, x, do)
+for name, fn in (
+    ("sdpa causal", sdpa),
+    ("flash causal", lambda: torch.autograd.grad(torch_api.flash_attention(*x, causal=True), x, do)),
+    ("chunk g", lambda: torch.autograd.grad(torch_api.chunk_linear_attn(*x, g=g)[0], [*x, g], do)),
+    ("lightning", lambda: torch.autograd.grad(torch_api.lightning_attn(*x, layer_idx=2, num_layers=8)[0], x, do)),
+):
+    print(f"RESULT latency {name} fwd+bwd {timed(fn) * 1e6:.1f} us", flush=True)
+"""
+
 
 def _run(tree: str) -> dict[str, str]:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])
     )
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    proc = subprocess.run(
-        [sys.executable, "-c", _CASES], env=env, capture_output=True, text=True, timeout=600
-    )
+    cases = _LATENCY if os.environ.get("COMPARE_CASES") == "latency" else _CASES
+    proc = subprocess.run([sys.executable, "-c", cases], env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode:
         print(proc.stderr[-3000:], file=sys.stderr)
     out = {}
