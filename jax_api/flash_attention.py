@@ -31,7 +31,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
-from core_triton.attention import softmax_parts
+from core_triton.attention import packed, softmax_parts
 from jax_api._fold import foldable, side_by_side, unfold
 from jax_api._launch import info, launch
 
@@ -262,6 +262,8 @@ def flash_attention(
     q_positions: jax.Array | None = None,
     kv_positions: jax.Array | None = None,
     return_lse: bool = False,
+    cu_seqlens: jax.Array | None = None,
+    cu_seqlens_k: jax.Array | None = None,
 ):
     """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``, value
     ``[B, Tk, H, Dv]`` (one float dtype; ``HQ % H == 0``; D, Dv <= 256) ->
@@ -278,23 +280,50 @@ def flash_attention(
     constant, close over it, leave it out of ``argnums`` or pass
     ``jax.lax.stop_gradient(bias)``).
 
+    Packed input: ``cu_seqlens`` int32/int64 ``[N+1]`` (batch 1) gives the
+    sequences' boundaries for queries and keys, or for the queries only when
+    ``cu_seqlens_k`` gives the keys' own; within a sequence query ``t`` has
+    position ``len_k - len_q + t`` and key ``s`` position ``s`` (a causal
+    mask aligned at the end), every other option applies per sequence, and a
+    token no sequence covers gets output 0.  Not combined with segment ids
+    or positions.
+
     Reference: docs/api.md#flash_attention"""
+    given = {
+        "q_segment_ids": q_segment_ids,
+        "kv_segment_ids": kv_segment_ids,
+        "q_positions": q_positions,
+        "kv_positions": kv_positions,
+    }
+    index = {n: info(a) for n, a in given.items()}
+    n_seq = packed.check_packed(info(query), info(key), info(cu_seqlens), info(cu_seqlens_k), index)
+    if n_seq is not None:
+        index = packed.packed_infos(query.shape[1], key.shape[1], None)
     plans, return_lse = core.plans(
         info(query),
         info(key),
         info(value),
-        info(q_segment_ids),
-        info(kv_segment_ids),
+        index["q_segment_ids"],
+        index["kv_segment_ids"],
         info(softmax_aux),
         info(bias),
         sliding_window,
         causal,
         logits_soft_cap,
         softmax_scale,
-        info(q_positions),
-        info(kv_positions),
+        index["q_positions"],
+        index["kv_positions"],
         return_lse,
     )
+    if n_seq is not None:
+        # Segment ids and positions made on the device from the boundaries
+        # (which may be traced); index inputs, never differentiated.
+        cu = jnp.asarray(cu_seqlens)
+        cu_k = cu if cu_seqlens_k is None else jnp.asarray(cu_seqlens_k)
+        for plan in packed.packed_plans(n_seq, query.shape[1], key.shape[1]):
+            given.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
+        q_segment_ids, kv_segment_ids = given["q_segment_ids"], given["kv_segment_ids"]
+        q_positions, kv_positions = given["q_positions"], given["kv_positions"]
     idx = index_inputs(
         plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, (query.shape[1], key.shape[1])
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from core_triton.attention import flash as core
-from core_triton.attention import softmax_parts
+from core_triton.attention import packed, softmax_parts
 from core_triton.common.checks import check_bool
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
@@ -35,25 +35,39 @@ PARAMS = (
     Param("kv_positions", "Tensor?"),
 )
 _INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
+# The op's own arguments: packed input's boundaries after the shared ones.
+_OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Tensor?"))
 
 
 def _plans(a, info_of):
+    """``(plans, n_seq)``: the attention's plans and, for packed input, the
+    number of sequences (None otherwise)."""
+    q = info_of(a["query"])
+    index = {n: info_of(a[n]) for n in _INDEX}
+    cu, cu_k = info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"])
+    n_seq = packed.check_packed(q, info_of(a["key"]), cu, cu_k, index)
+    if n_seq is not None:
+        index = packed.packed_infos(q.shape[1], a["key"].shape[1], q.device)
     plans, _ = core.plans(
-        *(info_of(a[n]) for n in ("query", "key", "value", "q_segment_ids", "kv_segment_ids")),
+        q,
+        info_of(a["key"]),
+        info_of(a["value"]),
+        index["q_segment_ids"],
+        index["kv_segment_ids"],
         info_of(a["softmax_aux"]),
         info_of(a["bias"]),
         a["sliding_window"],
         a["causal"],
         a["logits_soft_cap"],
         a["softmax_scale"],
-        info_of(a["q_positions"]),
-        info_of(a["kv_positions"]),
+        index["q_positions"],
+        index["kv_positions"],
     )
-    return plans
+    return plans, n_seq
 
 
-_NAMES = tuple(p.name for p in PARAMS)
-_TENSORS = tuple(p.name for p in PARAMS if p.is_tensor)
+_NAMES = tuple(p.name for p in _OP_PARAMS)
+_TENSORS = tuple(p.name for p in _OP_PARAMS if p.is_tensor)
 # Eager calls repeat the same shapes: each distinct call signature's plans
 # and constant index inputs are kept (a call's host time is most of the
 # work at small sizes; see torch_api._launch's fast path).
@@ -71,21 +85,26 @@ def _signature(a):
 
 
 def _prepare(a):
-    """Plans and launch inputs (index arrays and sinks read with unit stride)."""
+    """Plans and launch inputs (index arrays and sinks read with unit stride;
+    packed input's segment ids and positions made from its boundaries)."""
     try:
         key = _signature(a)
-        plans, constants = _memo[key]
+        plans, constants, ids = _memo[key]
     except TypeError:  # an unhashable option (a list under the custom op): plan it
-        key = None
-        plans, constants = _plan_call(a)
+        plans, constants, ids = _plan_call(a)
     except KeyError:
-        plans, constants = _memo[key] = _plan_call(a)
+        plans, constants, ids = _memo[key] = _plan_call(a)
         if len(_memo) > _MEMO_LIMIT:
             _memo.clear()
     inputs = {"q": a["query"], "k": a["key"], "v": a["value"], **constants}
     for name in _INDEX:
         if a[name] is not None:
             inputs[name] = a[name].detach().contiguous()
+    if ids is not None:
+        cu = a["cu_seqlens"].detach()
+        cu_k = cu if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
+        for plan in ids:
+            inputs.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
     if a["softmax_aux"] is not None:
         inputs["softmax_aux"] = a["softmax_aux"].contiguous()
     if a["bias"] is not None:
@@ -94,16 +113,17 @@ def _prepare(a):
 
 
 def _plan_call(a):
-    """The plans of a call and its constant index inputs (piece offsets, the
-    positions a call leaves out)."""
+    """A call's plans, its constant index inputs (piece offsets, the
+    positions a call leaves out) and, for packed input, the launches that
+    make its segment ids and positions (else None)."""
     # Planned as launched: index arrays and sinks with unit stride.
     a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
-    plans = _plans(a, info)
+    plans, n_seq = _plans(a, info)
     q = a["query"]
-    constants = index_inputs(
-        plans, None, None, a["q_positions"], a["kv_positions"], (q.shape[1], a["key"].shape[1]), q.device
-    )
-    return plans, constants
+    lengths = (q.shape[1], a["key"].shape[1])
+    ids = None if n_seq is None else packed.packed_plans(n_seq, *lengths)
+    has = (a["q_positions"] is not None or ids is not None, a["kv_positions"] is not None or ids is not None)
+    return plans, constant_inputs(plans, *has, lengths, q.device), ids
 
 
 def _forward(a):
@@ -155,7 +175,7 @@ def _empty(spec, device):
 
 
 def _fake_forward(a):
-    plans = _plans(a, fake_info)
+    plans, _ = _plans(a, fake_info)
     device = a["query"].device
     return tuple(_empty(spec, device) for spec in plans.forward.outputs), []
 
@@ -175,7 +195,7 @@ def _fake_backward(a, outputs, extras, cotangents, needs):
     return tuple(map(grads.get, _TENSORS))
 
 
-_OP = TorchOp("flash_attention", PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
+_OP = TorchOp("flash_attention", _OP_PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
 
 
 def sink_grad(sink, lse, delta):
@@ -231,6 +251,8 @@ def flash_attention(
     q_positions: torch.Tensor | None = None,
     kv_positions: torch.Tensor | None = None,
     return_lse: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    cu_seqlens_k: torch.Tensor | None = None,
 ):
     """Softmax attention.  query ``[B, Tq, HQ, D]``, key ``[B, Tk, H, D]``, value
     ``[B, Tk, H, Dv]`` (one float dtype; ``HQ % H == 0``; D, Dv <= 256) ->
@@ -245,10 +267,18 @@ def flash_attention(
     softmax_aux and bias; the bias's gradient has its shape and dtype and is
     computed only when ``bias.requires_grad``.
 
+    Packed input: ``cu_seqlens`` int32/int64 ``[N+1]`` (batch 1) gives the
+    sequences' boundaries for queries and keys, or for the queries only when
+    ``cu_seqlens_k`` gives the keys' own; within a sequence query ``t`` has
+    position ``len_k - len_q + t`` and key ``s`` position ``s`` (a causal
+    mask aligned at the end), every other option applies per sequence, and a
+    token no sequence covers gets output 0.  Not combined with segment ids
+    or positions.
+
     Reference: docs/api.md#flash_attention"""
     return_lse = check_bool(return_lse, "return_lse")
     out, lse = _OP(
         query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, core.window_pair(sliding_window),
-        causal, logits_soft_cap, softmax_scale, q_positions, kv_positions,
+        causal, logits_soft_cap, softmax_scale, q_positions, kv_positions, cu_seqlens, cu_seqlens_k,
     )  # fmt: skip
     return (out, lse) if return_lse else out

@@ -1,0 +1,144 @@
+"""Packed variable-length softmax attention: ``cu_seqlens`` (and
+``cu_seqlens_k``) as the segment ids and positions the flash kernels read.
+
+Packed input has batch 1; sequence ``i`` holds queries ``[cu_q[i],
+cu_q[i+1])`` and keys ``[cu_k[i], cu_k[i+1])`` (``cu_k = cu_q`` when no
+``cu_seqlens_k`` is given).  Within sequence ``i`` query ``t`` has position
+``len_k(i) - len_q(i) + t`` and key ``s`` position ``s``, so a causal mask
+is aligned at the sequences' ends (as in flash-attn's varlen call), and a
+sliding window counts from there.
+
+One small launch per side turns the boundaries into ``[1, T]`` int32
+segment ids (the sequence index) and positions; the flash kernels then
+skip every key block that holds no key of a query block's sequences.
+Boundaries are read on the device only (they may be traced) and clamped as
+core_triton.common.sequences says: whatever they hold, every access stays
+inside the tensors.  A token no sequence covers gets segment ``-1``
+(query) or ``-2`` (key): it matches nothing, so its output is 0 and its
+``lse`` is ``-inf`` (with sinks: the sinks' share).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton
+import triton.language as tl
+
+from core_triton.common.checks import check_cu_seqlens
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import find_sequence
+
+_BLOCK = 1024
+
+
+@triton.jit
+def _bounds(cu, n, ok, T):
+    """Sequence ``n``'s rows ``[bos, eos)`` clamped into ``[0, T]``
+    (core_triton.common.sequences); nothing is read where ``ok`` is False."""
+    bos = tl.load(cu + n, mask=ok, other=0).to(tl.int64)
+    eos = tl.load(cu + n + 1, mask=ok, other=0).to(tl.int64)
+    bos = tl.minimum(tl.maximum(bos, 0), T)
+    eos = tl.minimum(tl.maximum(eos, bos), T)
+    return bos, eos
+
+
+@jit(sizes=("N", "n_iter", "TQ", "TK"))
+def packed_ids_kernel(cu_q, cu_k, N, n_iter, TQ, TK, seg, pos, QUERY: tl.constexpr, BLOCK: tl.constexpr):
+    """``seg [T]`` and ``pos [T]`` int32 of the query side (``QUERY``, ``T =
+    TQ``) or the key side (``T = TK``): each token's sequence and position
+    (module docstring).  ``N`` may be 0 (no sequence: every token uncovered)."""
+    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if QUERY:
+        T = TQ
+        own = cu_q
+    else:
+        T = TK
+        own = cu_k
+    m = t < T
+    ok = m & ((t * 0 + N) > 0)
+    # The sequence whose (raw) start is the last at or before t, in
+    # [0, max(N, 1)); its clamped bounds decide whether it covers t.
+    n = find_sequence(own, t, N, n_iter)
+    bq, eq = _bounds(cu_q, n, ok, TQ)
+    bk, ek = _bounds(cu_k, n, ok, TK)
+    if QUERY:
+        inside = ok & (t >= bq) & (t < eq)
+        p = (ek - bk) - (eq - bq) + (t - bq)
+        s = tl.where(inside, n, -1)
+    else:
+        inside = ok & (t >= bk) & (t < ek)
+        p = t - bk
+        s = tl.where(inside, n, -2)
+    tl.store(seg + t, s.to(tl.int32), mask=m)
+    tl.store(pos + t, tl.where(inside, p, 0).to(tl.int32), mask=m)
+
+
+def _n_iter(n: int) -> int:
+    return max(1, n.bit_length() + 1)
+
+
+@functools.lru_cache(maxsize=256)
+def packed_plans(n_seq: int, query_len: int, key_len: int) -> tuple[LaunchPlan, LaunchPlan]:
+    """The two launches (query side, key side) that turn inputs ``cu_q`` and
+    ``cu_k`` (``[n_seq + 1]``, int32 or int64) into ``q_segment_ids``, ``q_positions``
+    ``[1, query_len]`` and ``kv_segment_ids``, ``kv_positions`` ``[1,
+    key_len]``, all int32."""
+    plans = []
+    for query, T, names in (
+        (True, query_len, ("q_segment_ids", "q_positions")),
+        (False, key_len, ("kv_segment_ids", "kv_positions")),
+    ):
+        plans.append(
+            LaunchPlan(
+                kernel=packed_ids_kernel,
+                grid=(triton.cdiv(max(T, 1), _BLOCK),),
+                params=(In("cu_q"), In("cu_k"), n_seq, _n_iter(n_seq), query_len, key_len),
+                outputs=(OutputSpec((1, T), "int32"), OutputSpec((1, T), "int32")),
+                output_names=names,
+                constexprs=dict(QUERY=query, BLOCK=_BLOCK),
+                num_warps=4,
+                num_stages=1,
+            )
+        )
+    return tuple(plans)
+
+
+def check_packed(
+    query: TensorInfo,
+    key: TensorInfo,
+    cu_seqlens: TensorInfo | None,
+    cu_seqlens_k: TensorInfo | None,
+    others: dict[str, TensorInfo | None],
+) -> int | None:
+    """Check ``flash_attention``'s packed arguments; returns the number of
+    sequences (None for unpacked calls).  ``others``: the segment ids and
+    positions, which packed calls cannot take."""
+    if cu_seqlens is None:
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k needs cu_seqlens (the queries' boundaries)")
+        return None
+    n_seq = check_cu_seqlens(cu_seqlens, query.shape[0])
+    check_cu_seqlens(cu_seqlens_k, key.shape[0], "cu_seqlens_k")
+    if cu_seqlens_k is not None and cu_seqlens_k.shape != cu_seqlens.shape:
+        raise ValueError(
+            f"cu_seqlens_k must have the shape of cu_seqlens {list(cu_seqlens.shape)}, "
+            f"got {list(cu_seqlens_k.shape)}"
+        )
+    if cu_seqlens_k is None and key.shape[1] != query.shape[1]:
+        raise ValueError(
+            f"without cu_seqlens_k the keys share the queries' boundaries: key length {key.shape[1]} "
+            f"must equal query length {query.shape[1]}"
+        )
+    for name, t in others.items():
+        if t is not None:
+            raise ValueError(f"{name} cannot be combined with cu_seqlens (packing sets segments, positions)")
+    return n_seq
+
+
+def packed_infos(query_len: int, key_len: int, device: str | None) -> dict[str, TensorInfo]:
+    """The TensorInfos of the four arrays :func:`packed_plans` makes."""
+    q = TensorInfo((1, query_len), "int32", (query_len, 1), device)
+    k = TensorInfo((1, key_len), "int32", (key_len, 1), device)
+    return {"q_segment_ids": q, "q_positions": q, "kv_segment_ids": k, "kv_positions": k}
