@@ -130,6 +130,18 @@ def flash_cases():
         ("return_lse", qkv(), {"return_lse": True, "sliding_window": 6}),
     ):
         out[f"flash-{name}"] = (lambda opts=opts, **t: api.flash_attention(**t, **opts), x, tuple(x))
+    # Packed input (batch 1): query and key boundaries of their own.
+    x = {
+        "query": _rand(1, T, HQ, D, seed=13),
+        "key": _rand(1, S, H, D, seed=14),
+        "value": _rand(1, S, H, D, seed=15),
+    }
+    cu = {
+        "cu_seqlens": _ints(np.array([0, 5, 24])),
+        "cu_seqlens_k": _ints(np.array([0, 12, 20])),
+        "causal": True,
+    }
+    out["flash-packed"] = (lambda **t: api.flash_attention(**t, **cu), x, tuple(x))
     # A bias that needs no gradient gets none (and the op launches none).
     x = {**qkv(), "bias": _rand(B, 1, T, T, seed=12)}
     out["flash-bias_no_grad"] = (lambda **t: api.flash_attention(**t), x, ("query", "key", "value"))
