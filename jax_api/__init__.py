@@ -3,6 +3,7 @@
 from jax_api.chunk_global_cumsum import chunk_global_cumsum
 from jax_api.chunk_linear_attn import chunk_linear_attn
 from jax_api.chunk_local_cumsum import chunk_local_cumsum
+from jax_api.decode_attention import decode_attention
 from jax_api.flash_attention import flash_attention
 from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
@@ -28,6 +29,7 @@ __all__ = [
     "chunk_global_cumsum",
     "chunk_linear_attn",
     "chunk_local_cumsum",
+    "decode_attention",
     "flash_attention",
     "identity_dtype_convert",
     "lightning_attn",

@@ -1,0 +1,292 @@
+"""``decode_attention``: a few new queries against a long KV cache (forward
+only), as a split-KV ("flash-decoding") pair of kernels.
+
+Layouts: ``query [B, Tq, HQ, D]`` (Tq 1 to 16); a contiguous cache ``key
+[B, S, H, D]``, ``value [B, S, H, Dv]``, or a paged one ``[num_blocks,
+page_size, H, D]`` with ``block_table [B, max_blocks]`` int32 (row ``b``'s
+token ``s`` lives in page ``block_table[b, s // page_size]`` at slot ``s %
+page_size``); ``kv_lens [B]`` int32, the valid length of each row.  Query
+``t`` of row ``b`` has position ``kv_lens[b] - Tq + t`` and sees the keys
+``s <= `` its position (causal among the new queries, which are the last
+``Tq`` entries of the cache), within ``sliding_window`` if given.
+
+Work: grid ``(splits, B * H)``.  A program takes one key/value head, all
+``HQ / H`` query heads that read it and all ``Tq`` queries as the rows of
+one tile (``BM >= 16`` rows for the tensor cores), and one slice of the
+cache: the slices split each row's capacity evenly, so the GPU is full
+at ``B = 1``.  Each program writes its slice's normalised partial output
+and log-sum-exp (float32); the combine kernel merges the slices with the
+sinks, one program per (row, key head).
+
+Bounds: ``kv_lens`` is clamped into ``[0, capacity]`` and every page index
+into ``[0, num_blocks)``: whatever the values (they are read on the device
+only), no access leaves the tensors.  A query with no allowed key gets
+output 0.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton.language as tl
+
+from core_triton.common import checks
+from core_triton.common.kernel_helpers import dot
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import interpreter_requested, jit
+from core_triton.common.utils import cdiv, next_power_of_2
+
+_LOG2E = 1.4426950408889634
+# Programs to aim for: about two waves of an H100's 132 SMs.
+_TARGET_PROGRAMS = 264
+
+
+@jit(sizes=("B", "S_CAP", "PER_SPLIT", "NUM_BLOCKS"))
+def decode_split_kernel(
+    Q, K, V, KV_LENS, TABLE,
+    B, S_CAP, PER_SPLIT, NUM_BLOCKS, scale, cap, left,
+    sqb, sqt, sqh, skb, sks, skh, svb, svs, svh, stb,
+    O_PART, L_PART,
+    H: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
+    PAGED: tl.constexpr, PAGE: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):  # fmt: skip
+    """One slice of one row's cache for one key head: ``O_PART [B*H, splits,
+    BM, DV]`` (normalised within the slice) and ``L_PART [B*H, splits, BM]``
+    (the slice's log-sum-exp, ``-inf`` where it holds no allowed key)."""
+    split = tl.program_id(0)
+    n_split = tl.num_programs(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = tl.arange(0, BM)
+    t = rows % TQ
+    g = rows // TQ
+    row_ok = rows < G * TQ
+    L = tl.load(KV_LENS + b).to(tl.int64)
+    L = tl.minimum(tl.maximum(L, 0), S_CAP)
+    qpos = L - TQ + t
+    od = tl.arange(0, BD)
+    odv = tl.arange(0, BDV)
+    qh = h * G + g
+    q_ptr = Q + b.to(tl.int64) * sqb + t[:, None] * sqt + qh[:, None] * sqh + od[None, :]
+    q = tl.load(q_ptr, mask=row_ok[:, None] & (od[None, :] < D), other=0.0)
+    lo = split.to(tl.int64) * PER_SPLIT
+    hi = tl.minimum(lo + PER_SPLIT, L)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BDV], tl.float32)
+    for s0 in range(lo, hi, BN):
+        s = s0 + tl.arange(0, BN)
+        s_ok = s < hi
+        if PAGED:
+            page = tl.load(TABLE + b.to(tl.int64) * stb + s // PAGE, mask=s_ok, other=0).to(tl.int64)
+            page = tl.minimum(tl.maximum(page, 0), NUM_BLOCKS - 1)
+            slot = s % PAGE
+            k_row = page * skb + slot * sks
+            v_row = page * svb + slot * svs
+        else:
+            k_row = b.to(tl.int64) * skb + s * sks
+            v_row = b.to(tl.int64) * svb + s * svs
+        k = tl.load(
+            K + k_row[None, :] + h * skh + od[:, None], mask=s_ok[None, :] & (od[:, None] < D), other=0.0
+        )
+        x = dot(q, k, DOT_PREC) * scale
+        if HAS_CAP:
+            x = cap * (2.0 * tl.sigmoid(2.0 * x / cap) - 1.0)  # cap * tanh(x / cap)
+        ok = s_ok[None, :] & row_ok[:, None] & (s[None, :] <= qpos[:, None])
+        if HAS_WINDOW:
+            ok = ok & (qpos[:, None] - s[None, :] <= left)
+        x = tl.where(ok, x, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(x, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2((x - m_safe[:, None]) * _LOG2E)
+        alpha = tl.exp2((m_i - m_safe) * _LOG2E)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(
+            V + v_row[:, None] + h * svh + odv[None, :], mask=s_ok[:, None] & (odv[None, :] < DV), other=0.0
+        )
+        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
+        m_i = m_new
+    has = l_i > 0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    lse = tl.where(
+        has, tl.where(m_i == float("-inf"), 0.0, m_i) + tl.log(tl.where(has, l_i, 1.0)), float("-inf")
+    )
+    base = (bh.to(tl.int64) * n_split + split) * BM
+    tl.store(O_PART + (base + rows[:, None]) * DV + odv[None, :], out, mask=odv[None, :] < DV)
+    tl.store(L_PART + base + rows, lse)
+
+
+@jit(sizes=("B", "SPLITS"))
+def decode_combine_kernel(
+    O_PART, L_PART, SINK, B, SPLITS, OUT,
+    H: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, DV: tl.constexpr, HQ: tl.constexpr,
+    BM: tl.constexpr, BDV: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, HAS_SINK: tl.constexpr,
+):  # fmt: skip
+    """``OUT [B, Tq, HQ, Dv]``: the slices merged by their log-sum-exp, the
+    sinks (``[HQ, NS]`` logits with no value) in the normaliser.  One
+    program per (row of the tile, batch row x key head)."""
+    r = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    t = r % TQ
+    qh = h * G + r // TQ
+    odv = tl.arange(0, BDV)
+    m = tl.full([1], float("-inf"), tl.float32)
+    for i in range(0, SPLITS):
+        m = tl.maximum(m, tl.load(L_PART + (bh.to(tl.int64) * SPLITS + i) * BM + r + tl.zeros([1], tl.int32)))
+    if HAS_SINK:
+        o_s = tl.arange(0, BS)
+        sink = tl.load(SINK + qh * NS + o_s, mask=o_s < NS, other=float("-inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(sink, axis=0))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    z = tl.zeros([1], tl.float32)
+    acc = tl.zeros([BDV], tl.float32)
+    for i in range(0, SPLITS):
+        base = (bh.to(tl.int64) * SPLITS + i) * BM + r
+        w = tl.exp2((tl.load(L_PART + base + tl.zeros([1], tl.int32)) - m_safe) * _LOG2E)
+        z += w
+        acc += tl.sum(w) * tl.load(O_PART + base * DV + odv, mask=odv < DV, other=0.0)
+    if HAS_SINK:
+        z += tl.sum(tl.exp2((sink - tl.sum(m_safe)) * _LOG2E), axis=0)
+    zs = tl.sum(z)
+    out = acc / tl.where(zs > 0, zs, 1.0)
+    o_ptr = OUT + ((b.to(tl.int64) * TQ + t) * HQ + qh) * DV + odv
+    tl.store(o_ptr, out.to(OUT.dtype.element_ty), mask=odv < DV)
+
+
+def _check(
+    query, key, value, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap, softmax_aux
+):
+    from core_triton.attention.flash import _cap, _window
+
+    for name, x in (("query", query), ("key_cache", key), ("value_cache", value)):
+        checks.check_float_tensor(x, name)
+        checks.check_rank(x, name, (4,), "4-D")
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise TypeError(
+            "query, key_cache and value_cache must share one dtype, "
+            f"got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    B, Tq, HQ, D = query.shape
+    if not 1 <= Tq <= 16:
+        raise ValueError(f"query must hold 1 to 16 new tokens per row (Tq), got {Tq}")
+    H = key.shape[2]
+    if key.shape[:3] != value.shape[:3] or key.shape[3] != D:
+        raise ValueError(
+            f"key_cache must be [..., H, {D}] and value_cache share its first three dims, "
+            f"got {list(key.shape)} and {list(value.shape)}"
+        )
+    if H < 1 or HQ % H:
+        raise ValueError(f"query heads ({HQ}) must be a multiple of the cache's heads ({H})")
+    if D > 256 or value.shape[3] > 256:
+        raise ValueError(f"head dims up to 256 are supported, got D={D}, Dv={value.shape[3]}")
+    if kv_lens is None or kv_lens.dtype != "int32" or tuple(kv_lens.shape) != (B,):
+        got = None if kv_lens is None else f"{kv_lens.dtype} {list(kv_lens.shape)}"
+        raise ValueError(f"kv_lens must be int32 [{B}] (one length per row), got {got}")
+    if block_table is not None:
+        if block_table.dtype != "int32" or block_table.ndim != 2 or block_table.shape[0] != B:
+            raise ValueError(
+                f"block_table must be int32 [{B}, max_blocks], "
+                f"got {block_table.dtype} {list(block_table.shape)}"
+            )
+        if block_table.shape[1] < 1 or key.shape[0] < 1:
+            raise ValueError("a paged cache needs at least one page and one block_table column")
+    elif key.shape[0] != B:
+        raise ValueError(f"a contiguous cache must be [B={B}, S, H, D], got {list(key.shape)}")
+    if softmax_aux is not None:
+        checks.check_float_tensor(softmax_aux, "softmax_aux")
+        if softmax_aux.ndim not in (1, 2) or softmax_aux.shape[0] != HQ:
+            raise ValueError(f"softmax_aux must be [HQ={HQ}] or [HQ, S], got {list(softmax_aux.shape)}")
+    checks.check_same_device(
+        {
+            "query": query,
+            "key_cache": key,
+            "value_cache": value,
+            "kv_lens": kv_lens,
+            "block_table": block_table,
+        }
+    )
+    scale = checks.check_scale(softmax_scale)
+    return _window(sliding_window), _cap(logits_soft_cap), D**-0.5 if scale is None else scale
+
+
+@functools.lru_cache(maxsize=256)
+def decode_plans(
+    query: TensorInfo,
+    key_cache: TensorInfo,
+    value_cache: TensorInfo,
+    kv_lens: TensorInfo,
+    block_table: TensorInfo | None = None,
+    softmax_scale=None,
+    sliding_window=None,
+    logits_soft_cap=None,
+    softmax_aux: TensorInfo | None = None,
+) -> tuple[LaunchPlan, LaunchPlan]:
+    """Check ``decode_attention``'s arguments and plan its two launches: the
+    split kernel (inputs ``q, k, v, kv_lens, block_table``; outputs
+    ``o_part, l_part``), then the combine (inputs ``o_part, l_part,
+    softmax_aux``; output ``out``)."""
+    window, cap, scale = _check(
+        query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
+        softmax_aux,
+    )  # fmt: skip
+    B, Tq, HQ, D = query.shape
+    H, DV = key_cache.shape[2], value_cache.shape[3]
+    G = HQ // H
+    paged = block_table is not None
+    page = key_cache.shape[1] if paged else 1
+    capacity = block_table.shape[1] * page if paged else key_cache.shape[1]
+    num_blocks = key_cache.shape[0]
+    BM = max(16, next_power_of_2(G * Tq))
+    BN = 16 if interpreter_requested() else 64
+    BD, BDV = max(16, next_power_of_2(D)), max(16, next_power_of_2(DV))
+    # Enough slices to fill the GPU, none shorter than a few key blocks.
+    splits = max(1, min(cdiv(_TARGET_PROGRAMS, B * H), cdiv(max(capacity, 1), 4 * BN)))
+    per_split = cdiv(cdiv(max(capacity, 1), splits), BN) * BN
+    splits = cdiv(max(capacity, 1), per_split)
+    if paged:
+        table_stride = block_table.strides[0]
+    else:
+        table_stride = 0
+    left = 0 if window is None else window[0]
+    split = LaunchPlan(
+        kernel=decode_split_kernel,
+        grid=(splits, B * H),
+        params=(
+            In("q"), In("k"), In("v"), In("kv_lens"), In("block_table" if paged else "kv_lens"),
+            B, capacity, per_split, num_blocks, scale, 1.0 if cap is None else cap, left,
+            query.strides[0], query.strides[1], query.strides[2],
+            key_cache.strides[0], key_cache.strides[1], key_cache.strides[2],
+            value_cache.strides[0], value_cache.strides[1], value_cache.strides[2], table_stride,
+        ),
+        outputs=(OutputSpec((B * H, splits, BM, DV), "float32"), OutputSpec((B * H, splits, BM), "float32")),
+        output_names=("o_part", "l_part"),
+        constexprs=dict(
+            H=H, G=G, TQ=Tq, D=D, DV=DV, BM=BM, BN=BN, BD=BD, BDV=BDV, PAGED=paged, PAGE=page,
+            HAS_CAP=cap is not None, HAS_WINDOW=window is not None,
+            # float32 multiplies exactly (no tf32), as flash attention does.
+            DOT_PREC="ieee" if query.dtype == "float32" else "tf32",
+        ),
+        num_warps=4,
+        num_stages=2,
+    )  # fmt: skip
+    ns = 1 if softmax_aux is None else (softmax_aux.shape[1] if softmax_aux.ndim == 2 else 1)
+    n = splits
+    combine = LaunchPlan(
+        kernel=decode_combine_kernel,
+        grid=(G * Tq, B * H),
+        params=(In("o_part"), In("l_part"), In("l_part" if softmax_aux is None else "softmax_aux"), B, n),
+        outputs=(OutputSpec((B, Tq, HQ, DV), query.dtype),),
+        output_names=("out",),
+        constexprs=dict(
+            H=H, G=G, TQ=Tq, DV=DV, HQ=HQ, BM=BM, BDV=BDV, NS=ns, BS=max(2, next_power_of_2(ns)),
+            HAS_SINK=softmax_aux is not None,
+        ),
+        num_warps=1,
+        num_stages=1,
+    )  # fmt: skip
+    return split, combine

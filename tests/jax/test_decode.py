@@ -1,0 +1,6 @@
+from tests.frameworks import JaxFramework
+from tests.suites.decode import DecodeSuite
+
+
+class TestJaxDecode(DecodeSuite):
+    fw = JaxFramework()

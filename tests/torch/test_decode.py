@@ -1,0 +1,6 @@
+from tests.frameworks import TorchFramework
+from tests.suites.decode import DecodeSuite
+
+
+class TestTorchDecode(DecodeSuite):
+    fw = TorchFramework()

@@ -1,0 +1,118 @@
+"""``decode_attention`` for PyTorch (semantics: core_triton.attention.decode);
+the op ``twinkernels::decode_attention``, forward only.
+
+Two launches: the split-KV kernel, then the combine.  Eager calls launch
+directly; under ``torch.compile`` / ``torch.export`` the call is one
+custom-op node whose fake implementation gives the output's shape and dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from core_triton.attention import decode as core
+from core_triton.attention import flash
+from torch_api._launch import info, launch
+from torch_api._library import NAMESPACE, fake_info
+
+
+def _plans(info_of, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
+           logits_soft_cap, softmax_aux):  # fmt: skip
+    window = None if sliding_window is None else tuple(sliding_window)
+    return core.decode_plans(
+        info_of(query, "query"), info_of(key_cache, "key_cache"), info_of(value_cache, "value_cache"),
+        info_of(kv_lens, "kv_lens"), info_of(block_table, "block_table"), softmax_scale, window,
+        logits_soft_cap, info_of(softmax_aux, "softmax_aux"),
+    )  # fmt: skip
+
+
+def _run(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
+         softmax_aux):  # fmt: skip
+    split, combine = _plans(
+        info, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
+        logits_soft_cap, softmax_aux,
+    )  # fmt: skip
+    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
+    if block_table is not None:
+        inputs["block_table"] = block_table
+    o_part, l_part = launch(split, inputs)
+    parts = {"o_part": o_part, "l_part": l_part}
+    if softmax_aux is not None:
+        parts["softmax_aux"] = softmax_aux.contiguous()
+    return launch(combine, parts)[0]
+
+
+@torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())
+def _op(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    kv_lens: torch.Tensor,
+    block_table: torch.Tensor | None,
+    softmax_scale: float | None,
+    sliding_window: list[int] | None,
+    logits_soft_cap: float | None,
+    softmax_aux: torch.Tensor | None,
+) -> torch.Tensor:
+    return _run(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
+                logits_soft_cap, softmax_aux)  # fmt: skip
+
+
+@_op.register_fake
+def _(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
+      softmax_aux):  # fmt: skip
+    _, combine = _plans(
+        fake_info_named, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
+        logits_soft_cap, softmax_aux,
+    )  # fmt: skip
+    spec = combine.outputs[0]
+    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=query.device)
+
+
+def fake_info_named(t, name):
+    return fake_info(t)
+
+
+def decode_attention(
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    kv_lens: torch.Tensor,
+    block_table: torch.Tensor | None = None,
+    softmax_scale: float | None = None,
+    sliding_window: int | tuple[int, int] | None = None,
+    logits_soft_cap: float | None = None,
+    softmax_aux: torch.Tensor | None = None,
+):
+    """Attention of a few new queries against a KV cache, forward only.
+    query ``[B, Tq, HQ, D]`` (Tq 1 to 16); a contiguous cache ``key_cache
+    [B, S, H, D]``, ``value_cache [B, S, H, Dv]``, or paged caches
+    ``[num_blocks, page_size, H, D]`` with ``block_table [B, max_blocks]``
+    int32; ``kv_lens [B]`` int32, each row's valid length -> output ``[B,
+    Tq, HQ, Dv]`` in the query's dtype.
+
+    Query ``t`` of row ``b`` has position ``kv_lens[b] - Tq + t`` (the new
+    tokens are the cache's last ``Tq``) and sees keys ``0 ..`` its position
+    (causal among themselves), within ``sliding_window`` (``w`` or ``(left,
+    right)``; only ``left`` matters) if given.  ``softmax_scale`` (default
+    ``D ** -0.5``), ``logits_soft_cap`` and sinks ``softmax_aux [HQ]`` or
+    ``[HQ, S]`` as in ``flash_attention``.  A query with no allowed key
+    (``kv_lens`` 0) gets output 0.  ``kv_lens`` and page indices are read on
+    the device only and clamped into the cache.
+
+    Reference: docs/api.md#decode_attention"""
+    window = flash.window_pair(sliding_window)
+    args = (
+        query,
+        key_cache,
+        value_cache,
+        kv_lens,
+        block_table,
+        softmax_scale,
+        window,
+        logits_soft_cap,
+        softmax_aux,
+    )
+    if torch.compiler.is_compiling():
+        return _op(*args)
+    return _run(*args)
