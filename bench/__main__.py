@@ -22,7 +22,7 @@ def main(argv):
 
     if not torch.cuda.is_available():
         sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
-    from bench import attention, cumsum, first_call, latency, linear_attention
+    from bench import attention, cumsum, decode, first_call, latency, linear_attention, varlen
 
     modules = {
         "cumsum": cumsum,
@@ -30,6 +30,8 @@ def main(argv):
         "attention": attention,
         "latency": latency,
         "first_call": first_call,
+        "varlen": varlen,
+        "decode": decode,
     }
     names = argv or list(modules)
     try:
