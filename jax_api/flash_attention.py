@@ -112,6 +112,8 @@ def _plans_for(options, q, k, v, sink, b, idx):
         scale,
         info(idx.get("q_positions")),
         info(idx.get("kv_positions")),
+        q_key_range=info(idx.get("q_key_range")),
+        kv_query_range=info(idx.get("kv_query_range")),
     )
     return plans
 
@@ -298,7 +300,7 @@ def flash_attention(
     index = {n: info(a) for n, a in given.items()}
     n_seq = packed.check_packed(info(query), info(key), info(cu_seqlens), info(cu_seqlens_k), index)
     if n_seq is not None:
-        index = packed.packed_infos(query.shape[1], key.shape[1], None)
+        index = packed.packed_infos(query.shape[1], key.shape[1], None, cu_seqlens_k is not None)
     plans, return_lse = core.plans(
         info(query),
         info(key),
@@ -314,19 +316,26 @@ def flash_attention(
         index["q_positions"],
         index["kv_positions"],
         return_lse,
+        q_key_range=index.get("q_key_range"),
+        kv_query_range=index.get("kv_query_range"),
     )
     if n_seq is not None:
         # Segment ids and positions made on the device from the boundaries
         # (which may be traced); index inputs, never differentiated.
         cu = jnp.asarray(cu_seqlens)
         cu_k = cu if cu_seqlens_k is None else jnp.asarray(cu_seqlens_k)
+        made = {}
         for plan in packed.packed_plans(n_seq, query.shape[1], key.shape[1]):
-            given.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
-        q_segment_ids, kv_segment_ids = given["q_segment_ids"], given["kv_segment_ids"]
-        q_positions, kv_positions = given["q_positions"], given["kv_positions"]
+            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
+        # Only what the plans read (shared boundaries: default positions).
+        made = {n: a for n, a in made.items() if index.get(n) is not None}
+        q_segment_ids, kv_segment_ids = made["q_segment_ids"], made["kv_segment_ids"]
+        q_positions, kv_positions = made.get("q_positions"), made.get("kv_positions")
     idx = index_inputs(
         plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, (query.shape[1], key.shape[1])
     )
+    if n_seq is not None:
+        idx.update(q_key_range=made["q_key_range"], kv_query_range=made["kv_query_range"])
     options = _options(sliding_window, causal, logits_soft_cap, softmax_scale)
     out, lse = attention_call(options, query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

@@ -47,7 +47,7 @@ def _plans(a, info_of):
     cu, cu_k = info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"])
     n_seq = packed.check_packed(q, info_of(a["key"]), cu, cu_k, index)
     if n_seq is not None:
-        index = packed.packed_infos(q.shape[1], a["key"].shape[1], q.device)
+        index = packed.packed_infos(q.shape[1], a["key"].shape[1], q.device, cu_k is not None)
     plans, _ = core.plans(
         q,
         info_of(a["key"]),
@@ -62,6 +62,8 @@ def _plans(a, info_of):
         a["softmax_scale"],
         index["q_positions"],
         index["kv_positions"],
+        q_key_range=index.get("q_key_range"),
+        kv_query_range=index.get("kv_query_range"),
     )
     return plans, n_seq
 
@@ -122,6 +124,7 @@ def _plan_call(a):
     q = a["query"]
     lengths = (q.shape[1], a["key"].shape[1])
     ids = None if n_seq is None else packed.packed_plans(n_seq, *lengths)
+    # Packed input's positions (where it has them) come from its own launches.
     has = (a["q_positions"] is not None or ids is not None, a["kv_positions"] is not None or ids is not None)
     return plans, constant_inputs(plans, *has, lengths, q.device), ids
 

@@ -36,7 +36,7 @@ from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested, jit
 from core_triton.common.utils import cdiv, next_power_of_2
 
-_LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(1.4426950408889634)
 # Programs to aim for: about two waves of an H100's 132 SMs.
 _TARGET_PROGRAMS = 264
 

@@ -86,7 +86,18 @@ _DQ_CONFIGS = {
 _FIXED = {64: 4, 128: 4, 256: 1}
 _KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "NQP", "NKP", "DOT_PREC"]
 # Constexprs of the bias-gradient kernel (it always reads a bias).
-_DBIAS_CONSTS = ("D", "DV", "BD", "BDV", "CAUSAL", "HAS_WINDOW", "HAS_CAP", "HAS_SEG", "POS_MODE")
+_DBIAS_CONSTS = (
+    "D",
+    "DV",
+    "BD",
+    "BDV",
+    "CAUSAL",
+    "HAS_WINDOW",
+    "HAS_CAP",
+    "HAS_SEG",
+    "HAS_RANGE",
+    "POS_MODE",
+)
 _DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
 
 
@@ -523,6 +534,7 @@ def attention_plans(
     grad_dtype: str | None = None,
     qoff: tuple[int, ...] = (0,),
     koff: tuple[int, ...] = (0,),
+    has_range: bool = False,
 ) -> AttentionPlans:
     """Plans for one (query block, key block) pair.  ``q_seg``/``kv_seg``:
     either may be the other (one given for both); explicit positions need
@@ -556,6 +568,9 @@ def attention_plans(
         HAS_CAP=opts.cap is not None,
         HAS_BIAS=bias is not None,
         HAS_SEG=has_seg,
+        # Packed input (core_triton.attention.packed): each block's loop
+        # runs over the other side's blocks of its own sequences only.
+        HAS_RANGE=has_range and opts.q_pieces == 1 and opts.k_pieces == 1,
         POS_MODE=1 if explicit else 0,
         TEST=has_seg or explicit,
         NQP=opts.q_pieces,
@@ -599,6 +614,8 @@ def attention_plans(
         In("kv_positions") if explicit else In("qoff"),
         In(seg_q) if has_seg else In("qoff"),
         In(seg_k) if has_seg else In("qoff"),
+        In("q_key_range") if has_range else In("qoff"),
+        In("kv_query_range") if has_range else In("qoff"),
     )
     scalars = (
         opts.scale,
@@ -761,6 +778,8 @@ def plans(
     q_positions: TensorInfo | None = None,
     kv_positions: TensorInfo | None = None,
     return_lse=False,
+    q_key_range: TensorInfo | None = None,
+    kv_query_range: TensorInfo | None = None,
 ) -> tuple[AttentionPlans, bool]:
     """Check the arguments of ``flash_attention`` and plan its launches;
     returns ``(plans, return_lse)``.  With explicit positions, a missing one
@@ -800,6 +819,7 @@ def plans(
             bias,
             q_positions,
             kv_positions,
+            has_range=q_key_range is not None and kv_query_range is not None,
         ),
         return_lse,
     )

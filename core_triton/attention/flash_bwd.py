@@ -48,6 +48,7 @@ from core_triton.attention.flash_common import (
     mask_scores,
     offset_positions,
     piece_runs,
+    range_runs,
     store_tile,
     visible_key_range,
     visible_query_range,
@@ -202,6 +203,8 @@ def flash_bwd_dkdv_kernel(
     KPOS,
     QSEG,
     KSEG,
+    QRANGE,
+    KRANGE,
     BIAS,
     scale,
     cap,
@@ -248,6 +251,7 @@ def flash_bwd_dkdv_kernel(
     HAS_CAP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_RANGE: tl.constexpr,
     POS_MODE: tl.constexpr,
     TEST: tl.constexpr,
     NQP: tl.constexpr,
@@ -319,6 +323,8 @@ def flash_bwd_dkdv_kernel(
         BIAS_bh = BIAS + b64 * stride_bb + hq * stride_bh
         for p in tl.static_range(NQP):
             end, qoff, t = piece_runs(p, NQP, q_chunk, Tq, QOFF, visible, BM, POS_MODE)
+            # Packed input: only the query blocks of this block's sequences.
+            t = range_runs(t, KRANGE, offs_n, kvalid, Tk, BM, HAS_RANGE)
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
             # without it, edge blocks again (explicit positions: one masked run).
             for part in tl.static_range(3 if POS_MODE == 0 else 1):
@@ -441,6 +447,8 @@ def flash_bwd_dq_kernel(
     KPOS,
     QSEG,
     KSEG,
+    QRANGE,
+    KRANGE,
     BIAS,
     scale,
     cap,
@@ -486,6 +494,7 @@ def flash_bwd_dq_kernel(
     HAS_CAP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_RANGE: tl.constexpr,
     POS_MODE: tl.constexpr,
     TEST: tl.constexpr,
     NQP: tl.constexpr,
@@ -569,6 +578,8 @@ def flash_bwd_dq_kernel(
 
     for p in tl.static_range(NKP):
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
+        # Packed input: only the key blocks of this block's sequences.
+        t = range_runs(t, QRANGE, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of blocks: edge blocks with the mask, fully allowed ones
         # without it, edge blocks again (explicit positions: one masked run).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
@@ -623,6 +634,8 @@ def flash_bwd_dbias_kernel(
     KPOS,
     QSEG,
     KSEG,
+    QRANGE,
+    KRANGE,
     BIAS,
     scale,
     cap,
@@ -669,6 +682,7 @@ def flash_bwd_dbias_kernel(
     HAS_WINDOW: tl.constexpr,
     HAS_CAP: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_RANGE: tl.constexpr,
     POS_MODE: tl.constexpr,
     NQP: tl.constexpr,
     NKP: tl.constexpr,

@@ -88,6 +88,45 @@ def block_ranges(visible, a, b, off, BLK: tl.constexpr):
 
 
 @triton.jit
+def other_range(RANGE, offs, valid, T):
+    """Packed input: the index range ``[lo, hi)`` of the other side's tokens
+    that a block's rows (indices ``offs`` of a side of length ``T``) can
+    see, from ``RANGE [2T]`` (core_triton.attention.packed); empty for a
+    block with no valid or no covered row."""
+    lo = tl.load(RANGE + offs, mask=valid, other=0)
+    hi = tl.load(RANGE + T + offs, mask=valid, other=0)
+    lo = tl.min(tl.where(valid & (hi > lo), lo, POS_INF), 0)
+    hi = tl.max(tl.where(valid, hi, 0), 0)
+    return lo, hi
+
+
+@triton.jit
+def clamp_runs(t, lo, hi, BLK: tl.constexpr):
+    """Runs ``t = (t0, t1, t2, t3)`` (anchored at 0) cut to the blocks that
+    meet ``[lo, hi)``; monotone, so the runs keep their order and their
+    block alignment."""
+    a = (lo // BLK) * BLK
+    b = tl.maximum(((hi + BLK - 1) // BLK) * BLK, 0)
+    t0, t1, t2, t3 = t
+    return (
+        tl.minimum(tl.maximum(t0, a), b),
+        tl.minimum(tl.maximum(t1, a), b),
+        tl.minimum(tl.maximum(t2, a), b),
+        tl.minimum(tl.maximum(t3, a), b),
+    )
+
+
+@triton.jit
+def range_runs(t, RANGE, offs, valid, T, BLK: tl.constexpr, HAS_RANGE: tl.constexpr):
+    """``t`` cut by :func:`clamp_runs` to the packed range of a block
+    (:func:`other_range`) when there is one; else ``t``."""
+    if HAS_RANGE:
+        lo, hi = other_range(RANGE, offs, valid, T)
+        t = clamp_runs(t, lo, hi, BLK)
+    return t
+
+
+@triton.jit
 def piece_runs(p, NP: tl.constexpr, chunk, T, OFF, visible, BLK: tl.constexpr, POS_MODE: tl.constexpr):
     """Piece ``p`` of the ``NP`` pieces of a loop's axis (length ``T``):
     ``(end, off, t)``, its end, its offset and ``t = (t0, t1, t2, t3)``.

@@ -29,6 +29,7 @@ from core_triton.attention.flash_common import (
     load_tile,
     mask_scores,
     piece_runs,
+    range_runs,
     store_tile,
     tanh,
     visible_key_range,
@@ -143,6 +144,8 @@ def flash_fwd_kernel(
     KPOS,
     QSEG,
     KSEG,
+    QRANGE,
+    KRANGE,
     SINK,
     BIAS,
     scale,
@@ -189,6 +192,7 @@ def flash_fwd_kernel(
     HAS_CAP: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     HAS_SEG: tl.constexpr,
+    HAS_RANGE: tl.constexpr,
     HAS_SINK: tl.constexpr,
     POS_MODE: tl.constexpr,
     TEST: tl.constexpr,
@@ -254,6 +258,8 @@ def flash_fwd_kernel(
 
     for p in tl.static_range(NKP):
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
+        # Packed input: only the key blocks of this block's sequences.
+        t = range_runs(t, QRANGE, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of key blocks: edge blocks with the mask, fully allowed
         # blocks without it, edge blocks again (explicit positions: one run,
         # all masked).

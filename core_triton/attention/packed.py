@@ -45,10 +45,15 @@ def _bounds(cu, n, ok, T):
 
 
 @jit(sizes=("N", "n_iter", "TQ", "TK"))
-def packed_ids_kernel(cu_q, cu_k, N, n_iter, TQ, TK, seg, pos, QUERY: tl.constexpr, BLOCK: tl.constexpr):
-    """``seg [T]`` and ``pos [T]`` int32 of the query side (``QUERY``, ``T =
-    TQ``) or the key side (``T = TK``): each token's sequence and position
-    (module docstring).  ``N`` may be 0 (no sequence: every token uncovered)."""
+def packed_ids_kernel(
+    cu_q, cu_k, N, n_iter, TQ, TK, seg, pos, other, QUERY: tl.constexpr, BLOCK: tl.constexpr
+):
+    """``seg [T]``, ``pos [T]`` and ``other [2T]`` int32 of the query side
+    (``QUERY``, ``T = TQ``) or the key side (``T = TK``): each token's
+    sequence and position (module docstring), and the index range
+    ``[other[t], other[T + t])`` of the other side's tokens of its sequence
+    (empty for an uncovered token).  ``N`` may be 0 (no sequence: every
+    token uncovered)."""
     t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     if QUERY:
         T = TQ
@@ -67,12 +72,16 @@ def packed_ids_kernel(cu_q, cu_k, N, n_iter, TQ, TK, seg, pos, QUERY: tl.constex
         inside = ok & (t >= bq) & (t < eq)
         p = (ek - bk) - (eq - bq) + (t - bq)
         s = tl.where(inside, n, -1)
+        lo, hi = bk, ek
     else:
         inside = ok & (t >= bk) & (t < ek)
         p = t - bk
         s = tl.where(inside, n, -2)
+        lo, hi = bq, eq
     tl.store(seg + t, s.to(tl.int32), mask=m)
     tl.store(pos + t, tl.where(inside, p, 0).to(tl.int32), mask=m)
+    tl.store(other + t, tl.where(inside, lo, 0).to(tl.int32), mask=m)
+    tl.store(other + T + t, tl.where(inside, hi, 0).to(tl.int32), mask=m)
 
 
 def _n_iter(n: int) -> int:
@@ -87,15 +96,19 @@ def packed_plans(n_seq: int, query_len: int, key_len: int) -> tuple[LaunchPlan, 
     key_len]``, all int32."""
     plans = []
     for query, T, names in (
-        (True, query_len, ("q_segment_ids", "q_positions")),
-        (False, key_len, ("kv_segment_ids", "kv_positions")),
+        (True, query_len, ("q_segment_ids", "q_positions", "q_key_range")),
+        (False, key_len, ("kv_segment_ids", "kv_positions", "kv_query_range")),
     ):
         plans.append(
             LaunchPlan(
                 kernel=packed_ids_kernel,
                 grid=(triton.cdiv(max(T, 1), _BLOCK),),
                 params=(In("cu_q"), In("cu_k"), n_seq, _n_iter(n_seq), query_len, key_len),
-                outputs=(OutputSpec((1, T), "int32"), OutputSpec((1, T), "int32")),
+                outputs=(
+                    OutputSpec((1, T), "int32"),
+                    OutputSpec((1, T), "int32"),
+                    OutputSpec((1, 2 * T), "int32"),
+                ),
                 output_names=names,
                 constexprs=dict(QUERY=query, BLOCK=_BLOCK),
                 num_warps=4,
@@ -137,8 +150,22 @@ def check_packed(
     return n_seq
 
 
-def packed_infos(query_len: int, key_len: int, device: str | None) -> dict[str, TensorInfo]:
-    """The TensorInfos of the four arrays :func:`packed_plans` makes."""
+def packed_infos(
+    query_len: int, key_len: int, device: str | None, own_keys: bool
+) -> dict[str, TensorInfo | None]:
+    """The TensorInfos of the arrays :func:`packed_plans` makes that the
+    attention reads.  ``own_keys`` (``cu_seqlens_k`` given): explicit
+    positions; else the queries and keys share their boundaries, so
+    positions within a sequence differ as the packed indices do and the
+    default positions (which let causal attention skip whole key blocks)
+    give the same mask."""
     q = TensorInfo((1, query_len), "int32", (query_len, 1), device)
     k = TensorInfo((1, key_len), "int32", (key_len, 1), device)
-    return {"q_segment_ids": q, "q_positions": q, "kv_segment_ids": k, "kv_positions": k}
+    return {
+        "q_segment_ids": q,
+        "kv_segment_ids": k,
+        "q_positions": q if own_keys else None,
+        "kv_positions": k if own_keys else None,
+        "q_key_range": TensorInfo((1, 2 * query_len), "int32", (2 * query_len, 1), device),
+        "kv_query_range": TensorInfo((1, 2 * key_len), "int32", (2 * key_len, 1), device),
+    }

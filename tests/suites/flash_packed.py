@@ -12,7 +12,7 @@ import pytest
 from core_triton.common.runtime import interpreter_requested
 from tests.reference import assert_close
 from tests.reference_attention import attention_ref
-from tests.suites.flash_attention import vjp
+from tests.suites.flash_attention import spy_launches, vjp
 
 # name: (query lengths, key lengths or None (shared), Tq, Tk, heads (HQ, H),
 # D, options, extras ("sink", "bias"))
@@ -118,6 +118,19 @@ class FlashPackedSuite:
     @pytest.mark.parametrize("name", sorted(CASES))
     def test_packed(self, name):
         self._run(name)
+
+    def test_packed_loops_visit_their_own_sequences_only(self, monkeypatch):
+        """The attention launches read each block's range of the other
+        side's tokens (cost follows the sum of len^2, not T^2)."""
+        self.fw.clear_caches()  # JAX: trace again, so that the spy sees the launches
+        seen = spy_launches(self.fw, monkeypatch)
+        self._run("self_causal_gqa_empty")
+        attention = [p for p in seen if "HAS_RANGE" in p.constexprs]
+        assert {p.output_names for p in attention} >= {("out", "lse"), ("dk", "dv"), ("dq",)}
+        for plan in attention:
+            assert plan.constexprs["HAS_RANGE"], plan.output_names
+            names = {p.name for p in plan.params if hasattr(p, "name")}
+            assert {"q_key_range", "kv_query_range"} <= names
 
     def test_packed_bfloat16_int64_boundaries(self):
         self._run("self_causal_gqa_empty", dtype="bfloat16", cu_dtype="int64", seed=1)
