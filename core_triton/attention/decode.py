@@ -31,7 +31,7 @@ import functools
 import triton.language as tl
 
 from core_triton.common import checks
-from core_triton.common.kernel_helpers import dot
+from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested, jit
 from core_triton.common.utils import cdiv, next_power_of_2
@@ -39,6 +39,17 @@ from core_triton.common.utils import cdiv, next_power_of_2
 _LOG2E = tl.constexpr(1.4426950408889634)
 # Programs to aim for: about two waves of an H100's 132 SMs.
 _TARGET_PROGRAMS = 264
+# (BN, num_warps, num_stages) of the split kernel on a GPU (bench/decode.py
+# sweeps others with set_config).
+CONFIG = (64, 4, 2)
+
+
+def set_config(config: tuple[int, int, int]) -> None:
+    """Use ``(BN, num_warps, num_stages)`` from the next call on (plans
+    made before are dropped)."""
+    global CONFIG
+    CONFIG = tuple(config)
+    decode_plans.cache_clear()
 
 
 @jit(sizes=("B", "S_CAP", "PER_SPLIT", "NUM_BLOCKS"))
@@ -50,11 +61,24 @@ def decode_split_kernel(
     H: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, DIV16: tl.constexpr,
 ):  # fmt: skip
     """One slice of one row's cache for one key head: ``O_PART [B*H, splits,
     BM, DV]`` (normalised within the slice) and ``L_PART [B*H, splits, BM]``
     (the slice's log-sum-exp, ``-inf`` where it holds no allowed key)."""
+    # Bit i of DIV16: the i-th of the q, k, v strides is a multiple of 16.
+    # jax-triton passes ints without Triton's divisibility specialisation;
+    # without the hint every cache load splits into scalar loads (measured:
+    # the JAX binding ran at a fifth of the PyTorch one's bandwidth).
+    sqb = hint16(sqb, (DIV16 & 1) != 0)
+    sqt = hint16(sqt, (DIV16 & 2) != 0)
+    sqh = hint16(sqh, (DIV16 & 4) != 0)
+    skb = hint16(skb, (DIV16 & 8) != 0)
+    sks = hint16(sks, (DIV16 & 16) != 0)
+    skh = hint16(skh, (DIV16 & 32) != 0)
+    svb = hint16(svb, (DIV16 & 64) != 0)
+    svs = hint16(svs, (DIV16 & 128) != 0)
+    svh = hint16(svh, (DIV16 & 256) != 0)
     split = tl.program_id(0)
     n_split = tl.num_programs(0)
     bh = tl.program_id(1)
@@ -242,7 +266,7 @@ def decode_plans(
     capacity = block_table.shape[1] * page if paged else key_cache.shape[1]
     num_blocks = key_cache.shape[0]
     BM = max(16, next_power_of_2(G * Tq))
-    BN = 16 if interpreter_requested() else 64
+    BN, warps, stages = (16, 4, 2) if interpreter_requested() else CONFIG
     BD, BDV = max(16, next_power_of_2(D)), max(16, next_power_of_2(DV))
     # Enough slices to fill the GPU, none shorter than a few key blocks.
     splits = max(1, min(cdiv(_TARGET_PROGRAMS, B * H), cdiv(max(capacity, 1), 4 * BN)))
@@ -270,9 +294,14 @@ def decode_plans(
             HAS_CAP=cap is not None, HAS_WINDOW=window is not None,
             # float32 multiplies exactly (no tf32), as flash attention does.
             DOT_PREC="ieee" if query.dtype == "float32" else "tf32",
+            DIV16=sum(
+                1 << i
+                for i, st in enumerate((*query.strides[:3], *key_cache.strides[:3], *value_cache.strides[:3]))
+                if st % 16 == 0
+            ),
         ),
-        num_warps=4,
-        num_stages=2,
+        num_warps=warps,
+        num_stages=stages,
     )  # fmt: skip
     ns = 1 if softmax_aux is None else (softmax_aux.shape[1] if softmax_aux.ndim == 2 else 1)
     n = splits
