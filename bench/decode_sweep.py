@@ -29,27 +29,26 @@ def main(argv):
 
 def _case(B, S, torch, jax, jnp, torch_api, jax_api, decode, SDPBackend, sdpa_kernel):
     sync = lambda _: torch.cuda.synchronize()  # noqa: E731
-    if True:
-        q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(B, S, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
-        qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, S, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
 
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
 
-        line = [f"B{B} S{S}: cudnn {time_per_call(cudnn, sync, iters=20) * 1e6:.1f}"]
-        for config in CONFIGS:
-            decode.set_config(config)
-            t = time_per_call(lambda: torch_api.decode_attention(q, k, v, lens), sync, iters=20)
-            line.append(f"{config} {t * 1e6:.1f}")
-        decode.set_config((64, 4, 2))
-        jq, jk, jv, jl = (jnp.from_dlpack(t) for t in (q, k, v, lens))
-        f = jax.jit(jax_api.decode_attention)
-        t = time_per_call(lambda: f(jq, jk, jv, jl), jax.block_until_ready, iters=20)
-        line.append(f"jax {t * 1e6:.1f}")
-        print(" | ".join(line), flush=True)
+    line = [f"B{B} S{S}: cudnn {time_per_call(cudnn, sync, iters=20) * 1e6:.1f}"]
+    for config in CONFIGS:
+        decode.set_config(config)
+        t = time_per_call(lambda: torch_api.decode_attention(q, k, v, lens), sync, iters=20)
+        line.append(f"{config} {t * 1e6:.1f}")
+    decode.set_config((64, 4, 2))
+    jq, jk, jv, jl = (jnp.from_dlpack(t) for t in (q, k, v, lens))
+    f = jax.jit(jax_api.decode_attention)
+    t = time_per_call(lambda: f(jq, jk, jv, jl), jax.block_until_ready, iters=20)
+    line.append(f"jax {t * 1e6:.1f}")
+    print(" | ".join(line), flush=True)
 
 
 if __name__ == "__main__":
