@@ -43,7 +43,7 @@ def _case(B, S, torch, jax, jnp, torch_api, jax_api, decode, SDPBackend, sdpa_ke
         decode.set_config(config)
         t = time_per_call(lambda: torch_api.decode_attention(q, k, v, lens), sync, iters=20)
         line.append(f"{config} {t * 1e6:.1f}")
-    decode.set_config((64, 4, 2))
+    decode.set_config((128, 8, 3))
     jq, jk, jv, jl = (jnp.from_dlpack(t) for t in (q, k, v, lens))
     f = jax.jit(jax_api.decode_attention)
     t = time_per_call(lambda: f(jq, jk, jv, jl), jax.block_until_ready, iters=20)
