@@ -39,18 +39,25 @@ from core_triton.common.utils import cdiv, next_power_of_2
 _LOG2E = tl.constexpr(1.4426950408889634)
 # Programs to aim for: about two waves of an H100's 132 SMs.
 _TARGET_PROGRAMS = 264
-# (BN, num_warps, num_stages) of the split kernel on a GPU.  The H100 sweep
-# (bench.decode_sweep, GQA 32/8, D128 bf16) found the candidates within a
-# few percent of each other once loads are vectorised; this one was best or
-# tied in four of its six cases.
+# (BN, num_warps, num_stages) of the split kernel on a GPU, for contiguous
+# and for paged caches.  The H100 sweep (bench.decode_sweep, GQA 32/8, D128
+# bf16) found the candidates within a few percent of each other on
+# contiguous caches once loads are vectorised, (128, 8, 3) best or tied in
+# four of six cases; on 64-token pages it lost 15% at batch 16 against
+# (64, 4, 2) in bench/decode.py, which kept paged caches at the contiguous
+# speed.
 CONFIG = (128, 8, 3)
+PAGED_CONFIG = (64, 4, 2)
 
 
-def set_config(config: tuple[int, int, int]) -> None:
-    """Use ``(BN, num_warps, num_stages)`` from the next call on (plans
-    made before are dropped)."""
-    global CONFIG
-    CONFIG = tuple(config)
+def set_config(config: tuple[int, int, int], paged: bool = False) -> None:
+    """Use ``(BN, num_warps, num_stages)`` for contiguous (or ``paged``)
+    caches from the next call on (plans made before are dropped)."""
+    global CONFIG, PAGED_CONFIG
+    if paged:
+        PAGED_CONFIG = tuple(config)
+    else:
+        CONFIG = tuple(config)
     decode_plans.cache_clear()
 
 
@@ -268,7 +275,10 @@ def decode_plans(
     capacity = block_table.shape[1] * page if paged else key_cache.shape[1]
     num_blocks = key_cache.shape[0]
     BM = max(16, next_power_of_2(G * Tq))
-    BN, warps, stages = (16, 4, 2) if interpreter_requested() else CONFIG
+    if interpreter_requested():
+        BN, warps, stages = 16, 4, 2
+    else:
+        BN, warps, stages = PAGED_CONFIG if paged else CONFIG
     BD, BDV = max(16, next_power_of_2(D)), max(16, next_power_of_2(DV))
     # Enough slices to fill the GPU, none shorter than a few key blocks.
     splits = max(1, min(cdiv(_TARGET_PROGRAMS, B * H), cdiv(max(capacity, 1), 4 * BN)))
