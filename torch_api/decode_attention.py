@@ -16,34 +16,17 @@ from torch_api._launch import info, launch
 from torch_api._library import NAMESPACE, fake_info
 
 
-def _plans(info_of, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
-           logits_soft_cap, softmax_aux):  # fmt: skip
-    window = None if sliding_window is None else tuple(sliding_window)
+def _plans(info_of, args):
+    """The split and combine plans of ``args`` (the op's arguments in order)."""
+    query, key_cache, value_cache, kv_lens, block_table, scale, window, cap, sinks = args
     return core.decode_plans(
         info_of(query, "query"), info_of(key_cache, "key_cache"), info_of(value_cache, "value_cache"),
-        info_of(kv_lens, "kv_lens"), info_of(block_table, "block_table"), softmax_scale, window,
-        logits_soft_cap, info_of(softmax_aux, "softmax_aux"),
+        info_of(kv_lens, "kv_lens"), info_of(block_table, "block_table"), scale,
+        None if window is None else tuple(window), cap, info_of(sinks, "softmax_aux"),
     )  # fmt: skip
 
 
-def _run(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
-         softmax_aux):  # fmt: skip
-    split, combine = _plans(
-        info, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
-        logits_soft_cap, softmax_aux,
-    )  # fmt: skip
-    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
-    if block_table is not None:
-        inputs["block_table"] = block_table
-    o_part, l_part = launch(split, inputs)
-    parts = {"o_part": o_part, "l_part": l_part}
-    if softmax_aux is not None:
-        parts["softmax_aux"] = softmax_aux.contiguous()
-    return launch(combine, parts)[0]
-
-
-@torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())
-def _op(
+def _run(
     query: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
@@ -54,23 +37,29 @@ def _op(
     logits_soft_cap: float | None,
     softmax_aux: torch.Tensor | None,
 ) -> torch.Tensor:
-    return _run(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
-                logits_soft_cap, softmax_aux)  # fmt: skip
+    """The two launches (eager calls run this directly; it is also the
+    custom op's implementation)."""
+    args = (query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
+            logits_soft_cap, softmax_aux)  # fmt: skip
+    split, combine = _plans(info, args)
+    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
+    if block_table is not None:
+        inputs["block_table"] = block_table
+    o_part, l_part = launch(split, inputs)
+    parts = {"o_part": o_part, "l_part": l_part}
+    if softmax_aux is not None:
+        parts["softmax_aux"] = softmax_aux.contiguous()
+    return launch(combine, parts)[0]
+
+
+_op = torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())(_run)
 
 
 @_op.register_fake
-def _(query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
-      softmax_aux):  # fmt: skip
-    _, combine = _plans(
-        fake_info_named, query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
-        logits_soft_cap, softmax_aux,
-    )  # fmt: skip
+def _(*args):
+    _, combine = _plans(lambda t, name: fake_info(t), args)
     spec = combine.outputs[0]
-    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=query.device)
-
-
-def fake_info_named(t, name):
-    return fake_info(t)
+    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=args[0].device)
 
 
 def decode_attention(
