@@ -297,10 +297,9 @@ def flash_attention(
         "q_positions": q_positions,
         "kv_positions": kv_positions,
     }
-    index = {n: info(a) for n, a in given.items()}
-    n_seq = packed.check_packed(info(query), info(key), info(cu_seqlens), info(cu_seqlens_k), index)
-    if n_seq is not None:
-        index = packed.packed_infos(query.shape[1], key.shape[1], None, cu_seqlens_k is not None)
+    index, launches = packed.prepare(
+        info(query), info(key), info(cu_seqlens), info(cu_seqlens_k), {n: info(a) for n, a in given.items()}
+    )
     plans, return_lse = core.plans(
         info(query),
         info(key),
@@ -319,23 +318,18 @@ def flash_attention(
         q_key_range=index.get("q_key_range"),
         kv_query_range=index.get("kv_query_range"),
     )
-    if n_seq is not None:
-        # Segment ids and positions made on the device from the boundaries
-        # (which may be traced); index inputs, never differentiated.
+    made = {}
+    if launches:
+        # Index arrays made on the device from the boundaries (which may be
+        # traced), never differentiated; only those the plans read.
         cu = jnp.asarray(cu_seqlens)
         cu_k = cu if cu_seqlens_k is None else jnp.asarray(cu_seqlens_k)
-        made = {}
-        for plan in packed.packed_plans(n_seq, query.shape[1], key.shape[1]):
+        for plan in launches:
             made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
-        # Only what the plans read (shared boundaries: default positions).
         made = {n: a for n, a in made.items() if index.get(n) is not None}
-        q_segment_ids, kv_segment_ids = made["q_segment_ids"], made["kv_segment_ids"]
-        q_positions, kv_positions = made.get("q_positions"), made.get("kv_positions")
-    idx = index_inputs(
-        plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, (query.shape[1], key.shape[1])
-    )
-    if n_seq is not None:
-        idx.update(q_key_range=made["q_key_range"], kv_query_range=made["kv_query_range"])
+        given.update((n, made.pop(n, None)) for n in given)
+    idx = index_inputs(plans, *given.values(), (query.shape[1], key.shape[1]))
+    idx.update(made)  # the packed ranges
     options = _options(sliding_window, causal, logits_soft_cap, softmax_scale)
     out, lse = attention_call(options, query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

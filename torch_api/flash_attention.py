@@ -40,17 +40,16 @@ _OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Te
 
 
 def _plans(a, info_of):
-    """``(plans, n_seq)``: the attention's plans and, for packed input, the
-    number of sequences (None otherwise)."""
-    q = info_of(a["query"])
-    index = {n: info_of(a[n]) for n in _INDEX}
-    cu, cu_k = info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"])
-    n_seq = packed.check_packed(q, info_of(a["key"]), cu, cu_k, index)
-    if n_seq is not None:
-        index = packed.packed_infos(q.shape[1], a["key"].shape[1], q.device, cu_k is not None)
+    """``(plans, index, launches)``: the attention's plans, the infos of the
+    index arrays it reads and the launches packed input makes them with
+    (core_triton.attention.packed.prepare)."""
+    q, k = info_of(a["query"]), info_of(a["key"])
+    index, launches = packed.prepare(
+        q, k, info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"]), {n: info_of(a[n]) for n in _INDEX}
+    )
     plans, _ = core.plans(
         q,
-        info_of(a["key"]),
+        k,
         info_of(a["value"]),
         index["q_segment_ids"],
         index["kv_segment_ids"],
@@ -65,7 +64,7 @@ def _plans(a, info_of):
         q_key_range=index.get("q_key_range"),
         kv_query_range=index.get("kv_query_range"),
     )
-    return plans, n_seq
+    return plans, index, launches
 
 
 _NAMES = tuple(p.name for p in _OP_PARAMS)
@@ -102,7 +101,7 @@ def _prepare(a):
     for name in _INDEX:
         if a[name] is not None:
             inputs[name] = a[name].detach().contiguous()
-    if ids is not None:
+    if ids:
         cu = a["cu_seqlens"].detach()
         cu_k = cu if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
         for plan in ids:
@@ -117,16 +116,13 @@ def _prepare(a):
 def _plan_call(a):
     """A call's plans, its constant index inputs (piece offsets, the
     positions a call leaves out) and, for packed input, the launches that
-    make its segment ids and positions (else None)."""
+    make its index arrays (else none)."""
     # Planned as launched: index arrays and sinks with unit stride.
     a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
-    plans, n_seq = _plans(a, info)
+    plans, index, ids = _plans(a, info)
     q = a["query"]
-    lengths = (q.shape[1], a["key"].shape[1])
-    ids = None if n_seq is None else packed.packed_plans(n_seq, *lengths)
-    # Packed input's positions (where it has them) come from its own launches.
-    has = (a["q_positions"] is not None or ids is not None, a["kv_positions"] is not None or ids is not None)
-    return plans, constant_inputs(plans, *has, lengths, q.device), ids
+    has = (index["q_positions"] is not None, index["kv_positions"] is not None)
+    return plans, constant_inputs(plans, *has, (q.shape[1], a["key"].shape[1]), q.device), ids
 
 
 def _forward(a):
@@ -178,7 +174,7 @@ def _empty(spec, device):
 
 
 def _fake_forward(a):
-    plans, _ = _plans(a, fake_info)
+    plans, _, _ = _plans(a, fake_info)
     device = a["query"].device
     return tuple(_empty(spec, device) for spec in plans.forward.outputs), []
 

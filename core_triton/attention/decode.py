@@ -30,6 +30,7 @@ import functools
 
 import triton.language as tl
 
+from core_triton.attention.flash import _cap, _window, check_sinks
 from core_triton.common import checks
 from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
@@ -194,8 +195,6 @@ def decode_combine_kernel(
 def _check(
     query, key, value, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap, softmax_aux
 ):
-    from core_triton.attention.flash import _cap, _window
-
     for name, x in (("query", query), ("key_cache", key), ("value_cache", value)):
         checks.check_float_tensor(x, name)
         checks.check_rank(x, name, (4,), "4-D")
@@ -230,10 +229,7 @@ def _check(
             raise ValueError("a paged cache needs at least one page and one block_table column")
     elif key.shape[0] != B:
         raise ValueError(f"a contiguous cache must be [B={B}, S, H, D], got {list(key.shape)}")
-    if softmax_aux is not None:
-        checks.check_float_tensor(softmax_aux, "softmax_aux")
-        if softmax_aux.ndim not in (1, 2) or softmax_aux.shape[0] != HQ:
-            raise ValueError(f"softmax_aux must be [HQ={HQ}] or [HQ, S], got {list(softmax_aux.shape)}")
+    check_sinks(softmax_aux, HQ)
     checks.check_same_device(
         {
             "query": query,

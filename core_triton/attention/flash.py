@@ -374,6 +374,18 @@ def _cap(value) -> float | None:
     return cap
 
 
+def check_sinks(softmax_aux: TensorInfo | None, HQ: int) -> None:
+    """Sinks ``[HQ]`` or ``[HQ, S]`` (S >= 1) of a float dtype, or None
+    (flash_attention, ring_attention, decode_attention)."""
+    if softmax_aux is None:
+        return
+    checks.check_float_tensor(softmax_aux, "softmax_aux")
+    if softmax_aux.ndim not in (1, 2) or softmax_aux.shape[0] != HQ or 0 in softmax_aux.shape:
+        raise ValueError(
+            f"softmax_aux must be [HQ={HQ}] or [HQ={HQ}, S], got shape {list(softmax_aux.shape)}"
+        )
+
+
 def _check_ids(info: TensorInfo | None, name: str, batch: int, length: int, allow_1d: bool) -> None:
     if info is None:
         return
@@ -438,12 +450,7 @@ def validate(
         raise ValueError("kv_segment_ids alone is used for the queries too, so it needs Tq == Tk")
     _check_ids(q_positions, "q_positions", B, Tq, True)
     _check_ids(kv_positions, "kv_positions", B, Tk, True)
-    if softmax_aux is not None:
-        checks.check_float_tensor(softmax_aux, "softmax_aux")
-        if softmax_aux.ndim not in (1, 2) or softmax_aux.shape[0] != HQ or 0 in softmax_aux.shape:
-            raise ValueError(
-                f"softmax_aux must be [HQ={HQ}] or [HQ={HQ}, S], got shape {list(softmax_aux.shape)}"
-            )
+    check_sinks(softmax_aux, HQ)
     cols = Tk if kv_len is None else kv_len
     if bias is not None:
         checks.check_float_tensor(bias, "bias")

@@ -118,20 +118,26 @@ def packed_plans(n_seq: int, query_len: int, key_len: int) -> tuple[LaunchPlan, 
     return tuple(plans)
 
 
-def check_packed(
+def prepare(
     query: TensorInfo,
     key: TensorInfo,
     cu_seqlens: TensorInfo | None,
     cu_seqlens_k: TensorInfo | None,
-    others: dict[str, TensorInfo | None],
-) -> int | None:
-    """Check ``flash_attention``'s packed arguments; returns the number of
-    sequences (None for unpacked calls).  ``others``: the segment ids and
-    positions, which packed calls cannot take."""
+    index: dict[str, TensorInfo | None],
+) -> tuple[dict[str, TensorInfo | None], tuple[LaunchPlan, ...]]:
+    """What ``flash_attention`` plans with for this call: ``(index,
+    launches)``.  Unpacked calls (no ``cu_seqlens``) get ``index`` (the
+    segment ids' and positions' infos) back and no launch.  Packed calls
+    are checked (they take no segment ids or positions) and get the infos of
+    the arrays the attention then reads, by name (segment ids, positions
+    only when the keys have their own boundaries, ``q_key_range``,
+    ``kv_query_range``), and the launches that make them from inputs
+    ``cu_q`` and ``cu_k``; each launch makes every output it names, the
+    binding keeps those ``index`` names."""
     if cu_seqlens is None:
         if cu_seqlens_k is not None:
             raise ValueError("cu_seqlens_k needs cu_seqlens (the queries' boundaries)")
-        return None
+        return index, ()
     n_seq = check_cu_seqlens(cu_seqlens, query.shape[0])
     check_cu_seqlens(cu_seqlens_k, key.shape[0], "cu_seqlens_k")
     if cu_seqlens_k is not None and cu_seqlens_k.shape != cu_seqlens.shape:
@@ -144,15 +150,14 @@ def check_packed(
             f"without cu_seqlens_k the keys share the queries' boundaries: key length {key.shape[1]} "
             f"must equal query length {query.shape[1]}"
         )
-    for name, t in others.items():
+    for name, t in index.items():
         if t is not None:
             raise ValueError(f"{name} cannot be combined with cu_seqlens (packing sets segments, positions)")
-    return n_seq
+    Tq, Tk = query.shape[1], key.shape[1]
+    return _infos(Tq, Tk, query.device, cu_seqlens_k is not None), packed_plans(n_seq, Tq, Tk)
 
 
-def packed_infos(
-    query_len: int, key_len: int, device: str | None, own_keys: bool
-) -> dict[str, TensorInfo | None]:
+def _infos(query_len: int, key_len: int, device: str | None, own_keys: bool) -> dict[str, TensorInfo | None]:
     """The TensorInfos of the arrays :func:`packed_plans` makes that the
     attention reads.  ``own_keys`` (``cu_seqlens_k`` given): explicit
     positions; else the queries and keys share their boundaries, so
