@@ -8,6 +8,7 @@ import jax
 
 from core_triton.attention import decode as core
 from core_triton.attention import flash
+from core_triton.common.launch import run_steps
 from jax_api._launch import info, launch
 
 
@@ -40,16 +41,10 @@ def decode_attention(
 
     Reference: docs/api.md#decode_attention"""
     window = flash.window_pair(sliding_window)
-    split, combine = core.decode_plans(
+    steps = core.decode_plans(
         info(query, "query"), info(key_cache, "key_cache"), info(value_cache, "value_cache"),
         info(kv_lens, "kv_lens"), info(block_table, "block_table"), softmax_scale,
         None if window is None else tuple(window), logits_soft_cap, info(softmax_aux, "softmax_aux"),
     )  # fmt: skip
-    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
-    if block_table is not None:
-        inputs["block_table"] = block_table
-    o_part, l_part = launch(split, inputs)
-    parts = {"o_part": o_part, "l_part": l_part}
-    if softmax_aux is not None:
-        parts["softmax_aux"] = softmax_aux
-    return launch(combine, parts)[0]
+    inputs = core.step_inputs(query, key_cache, value_cache, kv_lens, block_table, softmax_aux)
+    return run_steps(steps, inputs, launch)[0]

@@ -12,6 +12,7 @@ import torch
 
 from core_triton.attention import decode as core
 from core_triton.attention import flash
+from core_triton.common.launch import run_steps
 from torch_api._launch import info, launch
 from torch_api._library import NAMESPACE, fake_info
 
@@ -41,15 +42,9 @@ def _run(
     custom op's implementation)."""
     args = (query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
             logits_soft_cap, softmax_aux)  # fmt: skip
-    split, combine = _plans(info, args)
-    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
-    if block_table is not None:
-        inputs["block_table"] = block_table
-    o_part, l_part = launch(split, inputs)
-    parts = {"o_part": o_part, "l_part": l_part}
-    if softmax_aux is not None:
-        parts["softmax_aux"] = softmax_aux.contiguous()
-    return launch(combine, parts)[0]
+    sinks = None if softmax_aux is None else softmax_aux.contiguous()  # read with unit stride
+    inputs = core.step_inputs(query, key_cache, value_cache, kv_lens, block_table, sinks)
+    return run_steps(_plans(info, args), inputs, launch)[0]
 
 
 _op = torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())(_run)

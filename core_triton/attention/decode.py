@@ -243,6 +243,17 @@ def _check(
     return _window(sliding_window), _cap(logits_soft_cap), D**-0.5 if scale is None else scale
 
 
+def step_inputs(query, key_cache, value_cache, kv_lens, block_table=None, softmax_aux=None) -> dict:
+    """The arrays of :func:`decode_plans`' launches by the names they read
+    (either framework's arrays; run them with core_triton's ``run_steps``)."""
+    inputs = {"q": query, "k": key_cache, "v": value_cache, "kv_lens": kv_lens}
+    if block_table is not None:
+        inputs["block_table"] = block_table
+    if softmax_aux is not None:
+        inputs["softmax_aux"] = softmax_aux
+    return inputs
+
+
 @functools.lru_cache(maxsize=256)
 def decode_plans(
     query: TensorInfo,
