@@ -54,6 +54,7 @@ def ring_attention(
     zigzag: bool = False,
     axis_name=None,
     group=None,
+    cu_seqlens: jax.Array | None = None,
 ):
     """``flash_attention`` over a sequence sharded across devices, called inside
     ``shard_map`` (with ``check_vma=False``) over ``axis_name`` (required)
@@ -62,7 +63,11 @@ def ring_attention(
     [B|1, HQ|1, T_local, n*T_local]`` (global key order).  Same options and
     defaults as ``flash_attention``; explicit positions are global. ``zigzag``
     (default False): the shards are in the zig-zag layout
-    (``zigzag_reorder``). ``group`` is the PyTorch binding's and must be None
+    (``zigzag_reorder``). ``cu_seqlens`` (packed input, batch 1): int32/int64
+    ``[N+1]`` boundaries of sequences in the global token order (before any
+    zig-zag reordering), the same array on every device, shared by queries
+    and keys; masks apply per sequence, tokens outside every sequence get
+    output 0; not with segment ids or positions. ``group`` is the PyTorch binding's and must be None
     here.  Returns the local output ``[B, T_local, HQ, Dv]`` (and ``lse [B,
     HQ, T_local]`` float32 with ``return_lse``).
 
@@ -75,25 +80,49 @@ def ring_attention(
     n = lax.psum(1, axis_name)
     if not isinstance(n, int):
         n = int(n)
+    given = {
+        "q_segment_ids": q_segment_ids,
+        "kv_segment_ids": kv_segment_ids,
+        "q_positions": q_positions,
+        "kv_positions": kv_positions,
+    }
+    index, launches = core.packed(info(query), n, info(cu_seqlens), {x: info(a) for x, a in given.items()})
     plans, return_lse = core.plans(
         info(query),
         info(key),
         info(value),
         n,
         bool(zigzag),
-        info(q_segment_ids),
-        info(kv_segment_ids),
+        index["q_segment_ids"],
+        index["kv_segment_ids"],
         info(softmax_aux),
         info(bias),
         sliding_window,
         causal,
         logits_soft_cap,
         softmax_scale,
-        info(q_positions),
-        info(kv_positions),
+        index["q_positions"],
+        index["kv_positions"],
         return_lse,
     )
     t_local = query.shape[1]
+
+    def mine():
+        """This device's global token indices (its layout's order)."""
+        rank = lax.axis_index(axis_name)
+        order = core.zigzag_order(n, n * t_local) if zigzag else np.arange(n * t_local)
+        return lax.dynamic_slice_in_dim(jnp.asarray(order, jnp.int32), rank * t_local, t_local)
+
+    if launches:
+        # Packed input: the global segment ids, then this device's tokens.
+        cu = jnp.asarray(cu_seqlens)
+        made = {}
+        for plan in launches:
+            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu}), strict=True))
+        local = mine()
+        q_segment_ids, kv_segment_ids = (
+            jnp.take(made[x], local, axis=1) for x in ("q_segment_ids", "kv_segment_ids")
+        )
     # Local index inputs; "moving" ones travel with the key/value shard.
     fixed, moving = {}, {}
     qs = q_segment_ids if q_segment_ids is not None else kv_segment_ids
@@ -101,13 +130,9 @@ def ring_attention(
     if qs is not None:
         fixed["q_segment_ids"], moving["kv_segment_ids"] = jnp.asarray(qs), jnp.asarray(ks)
     if q_positions is not None or kv_positions is not None:
-        rank = lax.axis_index(axis_name)
-        local = jnp.asarray(
-            core.zigzag_order(n, n * t_local) if zigzag else np.arange(n * t_local), jnp.int32
-        )
-        mine = lax.dynamic_slice_in_dim(local, rank * t_local, t_local)
-        fixed["q_positions"] = jnp.asarray(q_positions) if q_positions is not None else mine
-        moving["kv_positions"] = jnp.asarray(kv_positions) if kv_positions is not None else mine
+        local = mine()
+        fixed["q_positions"] = jnp.asarray(q_positions) if q_positions is not None else local
+        moving["kv_positions"] = jnp.asarray(kv_positions) if kv_positions is not None else local
     perm = [(i, (i + 1) % n) for i in range(n)]
     shift = lambda tree: jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)  # noqa: E731
 
@@ -236,13 +261,15 @@ def ring_attention_mesh(
     softmax_aux=None,
     bias=None,
     zigzag: bool = False,
+    cu_seqlens=None,
     **options,
 ):
     """JAX only: ``ring_attention`` on global arrays.  Shards them along
     ``seq_len`` over ``mesh``'s ``axis_name`` (reordering into the zig-zag
     layout first if ``zigzag``, and back after), runs ``ring_attention`` under
     ``shard_map`` and returns global results.  ``bias [B|1, HQ|1, T, T]`` is
-    split along its query axis.  ``options``: ``sliding_window``, ``causal``,
+    split along its query axis; ``cu_seqlens`` (global boundaries, packed
+    input) is given whole to every device.  ``options``: ``sliding_window``, ``causal``,
     ``logits_soft_cap``, ``softmax_scale``, ``return_lse`` (positions follow
     from the layout).
 
@@ -267,14 +294,16 @@ def ring_attention_mesh(
         None if ks is None else seq,
         None if softmax_aux is None else P(),
     )
-    specs = (*specs, None if b is None else P(None, None, axis_name))
+    specs = (*specs, None if b is None else P(None, None, axis_name), None if cu_seqlens is None else P())
 
-    def body(q, k, v, qs, ks, sink, b):
-        return ring_attention(q, k, v, qs, ks, sink, b, zigzag=zigzag, axis_name=axis_name, **options)
+    def body(q, k, v, qs, ks, sink, b, cu):
+        return ring_attention(
+            q, k, v, qs, ks, sink, b, zigzag=zigzag, axis_name=axis_name, cu_seqlens=cu, **options
+        )
 
     out_specs = (seq, P(None, None, axis_name)) if ret else seq
     result = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=out_specs, check_vma=False)(
-        q, k, v, qs, ks, softmax_aux, b
+        q, k, v, qs, ks, softmax_aux, b, cu_seqlens
     )
     if not zigzag:
         return result

@@ -141,26 +141,42 @@ def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, pla
 
 
 # flash_attention's arguments, then the ring's own.
-_PARAMS = (*FLASH_PARAMS, Param("zigzag", "bool"), Param("group_name", "str?"))
+_PARAMS = (
+    *FLASH_PARAMS,
+    Param("zigzag", "bool"),
+    Param("group_name", "str?"),
+    Param("cu_seqlens", "Tensor?"),
+)
 _TENSORS = tuple(p.name for p in _PARAMS if p.is_tensor)
 
 
+_INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
+
+
 def _plans(a, info_of, n):
+    """``(plans, launches)``: one ring step's plans and, for packed input,
+    the launches that make the global segment ids (core.packed)."""
+    index, launches = core.packed(
+        info_of(a["query"]), n, info_of(a["cu_seqlens"]), {x: info_of(a[x]) for x in _INDEX}
+    )
     plans, _ = core.plans(
         info_of(a["query"]),
         info_of(a["key"]),
         info_of(a["value"]),
         n,
         a["zigzag"],
-        *(info_of(a[x]) for x in ("q_segment_ids", "kv_segment_ids", "softmax_aux", "bias")),
+        index["q_segment_ids"],
+        index["kv_segment_ids"],
+        info_of(a["softmax_aux"]),
+        info_of(a["bias"]),
         a["sliding_window"],
         a["causal"],
         a["logits_soft_cap"],
         a["softmax_scale"],
-        info_of(a["q_positions"]),
-        info_of(a["kv_positions"]),
+        index["q_positions"],
+        index["kv_positions"],
     )
-    return plans
+    return plans, launches
 
 
 def _group(name):
@@ -176,9 +192,19 @@ def _prepare(a):
         a[name] = contig(a[name])
     if a["softmax_aux"] is not None:
         a["softmax_aux"] = a["softmax_aux"].contiguous()
-    plans = _plans(a, info, ring.n)
+    plans, launches = _plans(a, info, ring.n)
     query, zigzag = a["query"], a["zigzag"]
     t_local, n = query.shape[1], ring.n
+    if launches:
+        # Packed input: the global segment ids, then this rank's tokens.
+        cu = a["cu_seqlens"].detach()
+        made = {}
+        for plan in launches:
+            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu}), strict=True))
+        order, _ = _layout(n, n * t_local, zigzag, query.device)
+        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
+        for name in ("q_segment_ids", "kv_segment_ids"):
+            a[name] = made[name].index_select(1, mine)
     fixed, moving = {}, {}
     qs = a["q_segment_ids"] if a["q_segment_ids"] is not None else a["kv_segment_ids"]
     ks = a["kv_segment_ids"] if a["kv_segment_ids"] is not None else a["q_segment_ids"]
@@ -234,7 +260,7 @@ def _like(t):
 
 def _fake_forward(a):
     n = dist.get_world_size(_group(a["group_name"]))
-    _plans(a, fake_info, n)
+    _plans(a, fake_info, n)  # the checks
     q, v = a["query"], a["value"]
     B, T, HQ, _ = q.shape
     out = torch.empty(B, T, HQ, v.shape[3], dtype=q.dtype, device=q.device)
@@ -272,6 +298,7 @@ def ring_attention(
     zigzag: bool = False,
     axis_name=None,
     group=None,
+    cu_seqlens: torch.Tensor | None = None,
 ):
     """``flash_attention`` over a sequence sharded across devices, called on
     every rank of ``group`` (None: the default ``torch.distributed`` group)
@@ -280,7 +307,11 @@ def ring_attention(
     [B|1, HQ|1, T_local, n*T_local]`` (global key order).  Same options and
     defaults as ``flash_attention``; explicit positions are global. ``zigzag``
     (default False): the shards are in the zig-zag layout
-    (``zigzag_reorder``). ``axis_name`` is the JAX binding's and must be None
+    (``zigzag_reorder``). ``cu_seqlens`` (packed input, batch 1): int32/int64
+    ``[N+1]`` boundaries of sequences in the global token order (before any
+    zig-zag reordering), the same array on every device, shared by queries
+    and keys; masks apply per sequence, tokens outside every sequence get
+    output 0; not with segment ids or positions. ``axis_name`` is the JAX binding's and must be None
     here.  Returns the local output ``[B, T_local, HQ, Dv]`` (and ``lse [B,
     HQ, T_local]`` float32 with ``return_lse``).
 
@@ -293,7 +324,7 @@ def ring_attention(
     out, lse = _OP(
         query, key, value, q_segment_ids, kv_segment_ids, softmax_aux, bias, window_pair(sliding_window),
         causal, logits_soft_cap, softmax_scale, q_positions, kv_positions, check_bool(zigzag, "zigzag"),
-        None if group is None else group.group_name,
+        None if group is None else group.group_name, cu_seqlens,
     )  # fmt: skip
     return (out, lse) if return_lse else out
 

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from core_triton.attention import flash as fa
-from core_triton.common.launch import TensorInfo
+from core_triton.attention import packed as packed_ids
+from core_triton.common.checks import check_cu_seqlens
+from core_triton.common.launch import LaunchPlan, TensorInfo
 from core_triton.common.utils import cached_checks
 
 
@@ -203,6 +205,38 @@ def plans(
         grad_dtype="float32",
     )
     return step, return_lse
+
+
+def packed(
+    query: TensorInfo, n: int, cu_seqlens: TensorInfo | None, index: dict[str, TensorInfo | None]
+) -> tuple[dict[str, TensorInfo | None], tuple[LaunchPlan, ...]]:
+    """Packed input for the ring: ``cu_seqlens`` ``[N+1]`` (int32/int64,
+    batch 1) gives the sequences' boundaries in the *global* token order
+    (before any zig-zag reordering), shared by queries and keys.
+
+    Returns ``(index, launches)``: unpacked calls get ``index`` (the segment
+    ids' and positions' infos) back and no launch; packed ones are checked
+    (no segment ids or positions with them) and get the infos of the local
+    segment ids the ring reads (``[1, T_local]`` int32, no positions) and
+    the two launches that make the *global* ids (``q_segment_ids``,
+    ``kv_segment_ids`` ``[1, n*T_local]``, from inputs ``cu_q`` = ``cu_k`` =
+    the boundaries; core_triton.attention.packed).  The binding takes each
+    device's tokens of them in its layout's order (``zigzag_order``).
+    Shared boundaries make the global positions (the ring's default) give
+    the per-sequence causal and window masks; an uncovered token has
+    segment -1 (query) or -2 (key), so it matches nothing: output 0,
+    gradient 0.  The ring does not cut key blocks to sequence ranges: a
+    step costs what its causal mask leaves, as with segment ids."""
+    if cu_seqlens is None:
+        return index, ()
+    n_seq = check_cu_seqlens(cu_seqlens, query.shape[0] if query.ndim == 4 else 0)
+    for name, t in index.items():
+        if t is not None:
+            raise ValueError(f"{name} cannot be combined with cu_seqlens (packing sets segments, positions)")
+    t_local = query.shape[1]
+    local = TensorInfo((1, t_local), "int32", (t_local, 1), query.device)
+    infos = {"q_segment_ids": local, "kv_segment_ids": local, "q_positions": None, "kv_positions": None}
+    return infos, packed_ids.packed_plans(n_seq, n * t_local, n * t_local)
 
 
 def zigzag_order(n: int, length: int) -> list[int]:

@@ -27,7 +27,9 @@ def check(n, zigzag, options, extras=(), seed=0, t=8, monkeypatch=None):
     sinks), bias ([1, HQ, T, T]), bias11 ([1, 1, T, T]), bias_const (a bias
     not differentiated: no bias-gradient launch; needs ``monkeypatch``),
     seg, seg_shards (one segment per shard, the last shard's keys in none:
-    ring steps and whole query rows with no allowed key)."""
+    ring steps and whole query rows with no allowed key), cu (packed input:
+    global ``cu_seqlens`` with an empty sequence, sequences across shards,
+    3 uncovered tokens)."""
     if len(jax.devices()) < n:
         pytest.skip(f"needs {n} devices of the default backend, found {len(jax.devices())}")
     rng = np.random.default_rng(seed)
@@ -54,6 +56,8 @@ def check(n, zigzag, options, extras=(), seed=0, t=8, monkeypatch=None):
         )
     mesh = Mesh(np.array(jax.devices()[:n]), ("sp",))
     segs = {"q_segment_ids": seg, "kv_segment_ids": kv_seg}
+    if "cu" in extras:
+        segs = {"cu_seqlens": jnp.asarray([0, T // 3 + 1, T // 3 + 1, (3 * T) // 4, T - 3], jnp.int32)}
 
     # A bias_const bias is closed over (the default argument): JAX does not
     # differentiate it.
@@ -108,6 +112,35 @@ def test_ring_steps_with_no_allowed_key(n):
     # no causal mask: every step but the home one has no allowed key, and
     # the last shard's queries have none at all (-inf and finite sinks).
     check(n, False, {}, ("seg_shards", "sink_inf", "bias11"), t=40)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("zigzag", [False, True])
+def test_ring_packed(n, zigzag):
+    # Global boundaries, one array for every device; the reference is
+    # flash_attention's packed call on the gathered sequence.
+    check(n, zigzag, {"causal": True, "sliding_window": (5, 0)}, ("cu", "sink"))
+
+
+def test_ring_packed_full_and_jitted_boundaries():
+    # No mask but the sequences', shards of two interpreter key blocks;
+    # check() jits the ring, so the boundaries are traced.
+    check(2, False, {}, ("cu", "sink_inf", "bias"), t=40)
+
+
+def test_ring_packed_errors():
+    q = jnp.zeros((1, 8, 2, 16))
+    cu = jnp.asarray([0, 8], jnp.int32)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("sp",))
+    with pytest.raises(ValueError, match="q_segment_ids cannot be combined with cu_seqlens"):
+        jax_api.ring_attention_mesh(
+            mesh, "sp", q, q, q, q_segment_ids=jnp.zeros((1, 8), jnp.int32), cu_seqlens=cu
+        )
+    with pytest.raises(ValueError, match="cu_seqlens needs packed input with batch size 1"):
+        q2 = jnp.zeros((2, 8, 2, 16))
+        jax_api.ring_attention_mesh(mesh, "sp", q2, q2, q2, cu_seqlens=cu)
+    with pytest.raises(TypeError, match="cu_seqlens must be int32"):
+        jax_api.ring_attention_mesh(mesh, "sp", q, q, q, cu_seqlens=cu.astype(jnp.float32))
 
 
 def test_ring_constant_bias_zigzag(monkeypatch):

@@ -18,6 +18,8 @@ from tests.reference import rms_ratio
 # ([1, HQ, T, T]) / bias11 ([1, 1, T, T]) / bias_const (no gradient asked)
 # / seg / seg_shards (one segment per shard; the last shard's keys in none)
 # / pos / long (shards of 40 tokens: two 32-key blocks in the interpreter)
+# / cu (packed input: global cu_seqlens with an empty sequence, sequences
+# across shard boundaries and 3 uncovered tokens at the end)
 CASES = [
     (False, {"causal": True}, ()),
     (True, {"causal": True}, ()),
@@ -25,7 +27,15 @@ CASES = [
     (False, {"sliding_window": 5}, ("pos",)),
     (False, {}, ("long", "seg_shards", "sink_inf", "bias11")),
     (True, {"causal": True}, ("long", "seg_shards", "sink", "bias_const")),
+    (True, {"causal": True, "sliding_window": (5, 0), "logits_soft_cap": 2.0}, ("cu", "sink", "bias")),
+    (False, {}, ("long", "cu", "sink_inf")),
 ]
+
+
+def packed_boundaries(T):
+    """Global ``cu_seqlens`` for ``T`` tokens: an empty sequence, sequences
+    crossing shard boundaries, the last 3 tokens in none."""
+    return torch.tensor([0, T // 3 + 1, T // 3 + 1, (3 * T) // 4, T - 3], dtype=torch.int32)
 
 
 def _free_port():
@@ -88,12 +98,15 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
             if "pos" in extras:
                 idx["q_positions"] = (torch.arange(T) * 2).int()[None]
                 idx["kv_positions"] = (torch.arange(T) * 2 + 1).int()[None]
+            packed = {}
+            if "cu" in extras:
+                packed["cu_seqlens"] = packed_boundaries(T).to(dev)
             x = {k: v.to(dev) for k, v in x.items()}
             idx = {k: v.to(dev) for k, v in idx.items()}
             do = do.to(dev)
             const = "bias_const" in extras
             leaves = {k: v.clone().requires_grad_(not (const and k == "bias")) for k, v in x.items()}
-            ref = torch_api.flash_attention(**leaves, **idx, **opts)
+            ref = torch_api.flash_attention(**leaves, **idx, **packed, **opts)
             ref.backward(do)
 
             def local(a, axis=1, zigzag=zigzag, t=t):
@@ -105,7 +118,7 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
             mine = {k: v.requires_grad_(not (const and k == "bias")) for k, v in mine.items()}
             launched.clear()
             out = torch_api.ring_attention(
-                **mine, **{k: local(v) for k, v in idx.items()}, **opts, zigzag=zigzag
+                **mine, **{k: local(v) for k, v in idx.items()}, **packed, **opts, zigzag=zigzag
             )
             out.backward(local(do))
             if const and any("dbias" in p.output_names for p in launched):
@@ -145,7 +158,7 @@ def _run_ring(n, cases, backend):
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_ring_equals_single_device(n):
-    _run_ring(n, CASES if n <= 4 else CASES[:2], "gloo")
+    _run_ring(n, CASES if n <= 4 else [*CASES[:2], CASES[6]], "gloo")
 
 
 def test_ring_over_nccl():
