@@ -31,6 +31,25 @@ def time_per_call(fn, sync, iters: int = 20, reps: int = 5, warmup: int = 3) -> 
     return statistics.median(samples)
 
 
+def graph_time_per_call(torch, fn, calls: int = 10) -> float:
+    """Median seconds per call of ``fn()`` replayed from one CUDA graph of
+    ``calls`` back-to-back calls: the device time of a step as an inference
+    server runs it (decoding steps are captured in graphs), without the
+    host's launch cost, which back-to-back eager calls measure at small
+    sizes."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=10, reps=5) / calls
+
+
 def copy_bandwidth(torch, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in GB/s (bytes read plus written)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()

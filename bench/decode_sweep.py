@@ -1,59 +1,84 @@
 """A tuning aid (not part of ``nox -s bench``): the decode split kernel's
-(BN, num_warps, num_stages) candidates on a few cases of bench/decode.py,
-beside SDPA cuDNN, and the JAX binding with the chosen config.
+split targets and (BN, num_warps, num_stages) candidates on a few cases of
+bench/decode.py, beside SDPA's cuDNN and flash back ends, timed both as
+back-to-back eager calls and replayed from a CUDA graph (device time).
 ``python -m bench.decode_sweep``."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.common import time_per_call
+from bench.common import graph_time_per_call, time_per_call
 
-CASES = ((1, 4096), (1, 16384), (1, 65536), (1, 131072), (16, 4096), (16, 65536), (64, 16384))
-CONFIGS = ((64, 4, 2), (128, 4, 3))
+CASES = ((1, 4096), (1, 16384), (1, 65536), (1, 131072), (16, 4096), (16, 65536), (64, 4096))
+CONFIGS = ((128, 8, 3), (64, 4, 3), (128, 4, 2))
 # Programs the split count aims for (decode._TARGET_PROGRAMS), with each config.
-TARGETS = (66, 132, 264)
+TARGETS = (132, 264, 528)
 
 
 def main(argv):
-    import jax
-    import jax.numpy as jnp
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import jax_api
     import torch_api
     from core_triton.attention import decode
 
     for B, S in CASES:
-        _case(B, S, torch, jax, jnp, torch_api, jax_api, decode, SDPBackend, sdpa_kernel)
+        _case(B, S, torch, torch_api, decode, SDPBackend, sdpa_kernel)
 
 
-def _case(B, S, torch, jax, jnp, torch_api, jax_api, decode, SDPBackend, sdpa_kernel):
+def _case(B, S, torch, torch_api, decode, SDPBackend, sdpa_kernel):
     sync = lambda _: torch.cuda.synchronize()  # noqa: E731
     q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(B, S, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
 
-    def cudnn():
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
+    def sdpa(backend):
+        def f():
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, enable_gqa=True)
 
-    line = [f"B{B} S{S}: cudnn {time_per_call(cudnn, sync, iters=20) * 1e6:.1f}"]
+        return f
+
+    def both(fn):
+        return f"{time_per_call(fn, sync, iters=20) * 1e6:.1f}/{graph_time_per_call(torch, fn) * 1e6:.1f}"
+
+    line = [f"B{B} S{S} (eager/graph us): cudnn {both(sdpa(SDPBackend.CUDNN_ATTENTION))}"]
+    line.append(f"flash {both(sdpa(SDPBackend.FLASH_ATTENTION))}")
+    default = (decode._TARGET_PROGRAMS, decode.CONFIG, decode.SPLIT_CONFIG)
+    line.append(f"default {both(lambda: torch_api.decode_attention(q, k, v, lens))}")
     for target in TARGETS:
         decode._TARGET_PROGRAMS = target
         for config in CONFIGS:
             decode.set_config(config)
-            t = time_per_call(lambda: torch_api.decode_attention(q, k, v, lens), sync, iters=20)
-            line.append(f"{target}/{config} {t * 1e6:.1f}")
-    decode._TARGET_PROGRAMS = 264
-    decode.set_config((128, 8, 3))
-    jq, jk, jv, jl = (jnp.from_dlpack(t) for t in (q, k, v, lens))
-    f = jax.jit(jax_api.decode_attention)
-    t = time_per_call(lambda: f(jq, jk, jv, jl), jax.block_until_ready, iters=20)
-    line.append(f"jax {t * 1e6:.1f}")
+            decode.set_config(config, split=True)
+            line.append(f"{target}/{config} {both(lambda: torch_api.decode_attention(q, k, v, lens))}")
+    decode._TARGET_PROGRAMS = default[0]
+    decode.set_config(default[1])
+    decode.set_config(default[2], split=True)
+    line.append("kernels " + _kernel_times(torch, lambda: torch_api.decode_attention(q, k, v, lens)))
+    line.append("cudnn kernels " + _kernel_times(torch, sdpa(SDPBackend.CUDNN_ATTENTION)))
     print(" | ".join(line), flush=True)
+
+
+def _kernel_times(torch, fn, n=20):
+    """Each device kernel's mean microseconds per call (profiler)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            per[e.name[:40]] = per.get(e.name[:40], 0.0) + e.device_time / n
+    return ", ".join(f"{k}: {v:.1f}" for k, v in per.items())
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """``decode_attention`` for JAX (semantics: core_triton.attention.decode),
-forward only: the split-KV launch, then the combine.  ``kv_lens`` and the
+forward only: the split-KV launch, then the combine (none when each row and
+head takes one slice).  ``kv_lens`` and the
 block table may be traced."""
 
 from __future__ import annotations

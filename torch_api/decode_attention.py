@@ -18,7 +18,7 @@ from torch_api._library import NAMESPACE, fake_info
 
 
 def _plans(info_of, args):
-    """The split and combine plans of ``args`` (the op's arguments in order)."""
+    """The launch plans of ``args`` (the op's arguments in order)."""
     query, key_cache, value_cache, kv_lens, block_table, scale, window, cap, sinks = args
     return core.decode_plans(
         info_of(query, "query"), info_of(key_cache, "key_cache"), info_of(value_cache, "value_cache"),
@@ -38,8 +38,8 @@ def _run(
     logits_soft_cap: float | None,
     softmax_aux: torch.Tensor | None,
 ) -> torch.Tensor:
-    """The two launches (eager calls run this directly; it is also the
-    custom op's implementation)."""
+    """The launches (eager calls run this directly; it is also the custom
+    op's implementation)."""
     args = (query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
             logits_soft_cap, softmax_aux)  # fmt: skip
     sinks = None if softmax_aux is None else softmax_aux.contiguous()  # read with unit stride
@@ -52,8 +52,7 @@ _op = torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())
 
 @_op.register_fake
 def _(*args):
-    _, combine = _plans(lambda t, name: fake_info(t), args)
-    spec = combine.outputs[0]
+    spec = _plans(lambda t, name: fake_info(t), args)[-1].outputs[0]  # the last launch's first output
     return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=args[0].device)
 
 

@@ -10,7 +10,7 @@ page_size``); ``kv_lens [B]`` int32, the valid length of each row.  Query
 ``s <= `` its position (causal among the new queries, which are the last
 ``Tq`` entries of the cache), within ``sliding_window`` if given.
 
-Work: grid ``(splits, B * H)``.  A program takes one key/value head, all
+Work: grid ``(B * H, splits)``.  A program takes one key/value head, all
 ``HQ / H`` query heads that read it and all ``Tq`` queries as the rows of
 one tile (``BM >= 16`` rows for the tensor cores), and one slice of the
 cache: the slices split each row's capacity evenly, so the GPU is full
@@ -47,16 +47,27 @@ _TARGET_PROGRAMS = 264
 # four of six cases; on 64-token pages it lost 15% at batch 16 against
 # (64, 4, 2) in bench/decode.py, which kept paged caches at the contiguous
 # speed.
+# When rows x heads alone cannot fill the GPU (the cache is split), each
+# program streams a long slice: (64, 4, 3) keeps two programs per SM
+# (96 KB of shared memory each) and read 64k-128k caches at batch 1 9-10%
+# faster than (128, 8, 3) (one per SM), which stays best when rows x heads
+# fill the GPU (batch 64: 5%).
 CONFIG = (128, 8, 3)
+SPLIT_CONFIG = (64, 4, 3)
 PAGED_CONFIG = (64, 4, 2)
+# Slices the combine kernel reads at once.
+_COMBINE_TILE = 64
 
 
-def set_config(config: tuple[int, int, int], paged: bool = False) -> None:
-    """Use ``(BN, num_warps, num_stages)`` for contiguous (or ``paged``)
-    caches from the next call on (plans made before are dropped)."""
-    global CONFIG, PAGED_CONFIG
+def set_config(config: tuple[int, int, int], paged: bool = False, split: bool = False) -> None:
+    """Use ``(BN, num_warps, num_stages)`` for contiguous caches (or
+    ``paged`` ones, or contiguous ones ``split`` over several programs per
+    row and head) from the next call on (plans made before are dropped)."""
+    global CONFIG, PAGED_CONFIG, SPLIT_CONFIG
     if paged:
         PAGED_CONFIG = tuple(config)
+    elif split:
+        SPLIT_CONFIG = tuple(config)
     else:
         CONFIG = tuple(config)
     decode_plans.cache_clear()
@@ -64,18 +75,22 @@ def set_config(config: tuple[int, int, int], paged: bool = False) -> None:
 
 @jit(sizes=("B", "S_CAP", "PER_SPLIT", "NUM_BLOCKS"))
 def decode_split_kernel(
-    Q, K, V, KV_LENS, TABLE,
+    Q, K, V, KV_LENS, TABLE, SINK,
     B, S_CAP, PER_SPLIT, NUM_BLOCKS, scale, cap, left,
     sqb, sqt, sqh, skb, sks, skh, svb, svs, svh, stb,
-    O_PART, L_PART,
+    OUT, L_PART,
     H: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr, DV: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
     PAGED: tl.constexpr, PAGE: tl.constexpr, HAS_CAP: tl.constexpr, HAS_WINDOW: tl.constexpr,
     DOT_PREC: tl.constexpr, DIV16: tl.constexpr,
+    FINAL: tl.constexpr, HAS_SINK: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, HQ: tl.constexpr,
 ):  # fmt: skip
-    """One slice of one row's cache for one key head: ``O_PART [B*H, splits,
-    BM, DV]`` (normalised within the slice) and ``L_PART [B*H, splits, BM]``
-    (the slice's log-sum-exp, ``-inf`` where it holds no allowed key)."""
+    """One slice of one row's cache for one key head: ``OUT [B*H, splits, BM,
+    DV]`` (normalised within the slice) and ``L_PART [B*H, splits, BM]`` (the
+    slice's log-sum-exp, ``-inf`` where it holds no allowed key).  ``FINAL``
+    (a single slice per row and head, so there is nothing to combine): ``OUT``
+    is the output ``[B, Tq, HQ, Dv]``, with the sinks (``SINK [HQ, NS]``) in
+    the normaliser, and the combine launch is saved."""
     # Bit i of DIV16: the i-th of the q, k, v strides is a multiple of 16.
     # jax-triton passes ints without Triton's divisibility specialisation;
     # without the hint every cache load splits into scalar loads (measured:
@@ -89,9 +104,13 @@ def decode_split_kernel(
     svb = hint16(svb, (DIV16 & 64) != 0)
     svs = hint16(svs, (DIV16 & 128) != 0)
     svh = hint16(svh, (DIV16 & 256) != 0)
-    split = tl.program_id(0)
-    n_split = tl.num_programs(0)
-    bh = tl.program_id(1)
+    # Key heads vary fastest between programs: the programs the GPU runs
+    # together read the same cache rows' heads, whole rows of the cache
+    # (H * D contiguous elements per token) rather than one head's slice
+    # of each.
+    bh = tl.program_id(0)
+    split = tl.program_id(1)
+    n_split = tl.num_programs(1)
     b = bh // H
     h = bh % H
     rows = tl.arange(0, BM)
@@ -144,13 +163,32 @@ def decode_split_kernel(
         acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, DOT_PREC)
         m_i = m_new
     has = l_i > 0
-    out = acc / tl.where(has, l_i, 1.0)[:, None]
     lse = tl.where(
         has, tl.where(m_i == float("-inf"), 0.0, m_i) + tl.log(tl.where(has, l_i, 1.0)), float("-inf")
     )
     base = (bh.to(tl.int64) * n_split + split) * BM
-    tl.store(O_PART + (base + rows[:, None]) * DV + odv[None, :], out, mask=odv[None, :] < DV)
     tl.store(L_PART + base + rows, lse)
+    if FINAL:
+        # The normaliser over the one slice and the sinks, from a common max.
+        m_all = m_i
+        if HAS_SINK:
+            o_s = tl.arange(0, BS)
+            sink = tl.load(
+                SINK + qh[:, None] * NS + o_s[None, :], mask=row_ok[:, None] & (o_s[None, :] < NS),
+                other=float("-inf"),
+            ).to(tl.float32)  # fmt: skip
+            m_all = tl.maximum(m_all, tl.max(sink, axis=1))
+        m_all = tl.where(m_all == float("-inf"), 0.0, m_all)
+        keep = tl.exp2((m_i - m_all) * _LOG2E)  # 0 where the slice has no key
+        den = l_i * keep
+        if HAS_SINK:
+            den += tl.sum(tl.exp2((sink - m_all[:, None]) * _LOG2E), axis=1)
+        out = acc * (keep / tl.where(den > 0, den, 1.0))[:, None]
+        o_ptr = OUT + ((b.to(tl.int64) * TQ + t[:, None]) * HQ + qh[:, None]) * DV + odv[None, :]
+        tl.store(o_ptr, out.to(OUT.dtype.element_ty), mask=row_ok[:, None] & (odv[None, :] < DV))
+    else:
+        out = acc / tl.where(has, l_i, 1.0)[:, None]
+        tl.store(OUT + (base + rows[:, None]) * DV + odv[None, :], out, mask=odv[None, :] < DV)
 
 
 @jit(sizes=("B", "SPLITS"))
@@ -158,10 +196,14 @@ def decode_combine_kernel(
     O_PART, L_PART, SINK, B, SPLITS, OUT,
     H: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, DV: tl.constexpr, HQ: tl.constexpr,
     BM: tl.constexpr, BDV: tl.constexpr, NS: tl.constexpr, BS: tl.constexpr, HAS_SINK: tl.constexpr,
+    SB: tl.constexpr,
 ):  # fmt: skip
     """``OUT [B, Tq, HQ, Dv]``: the slices merged by their log-sum-exp, the
     sinks (``[HQ, NS]`` logits with no value) in the normaliser.  One
-    program per (row of the tile, batch row x key head)."""
+    program per (row of the tile, batch row x key head); it reads ``SB``
+    slices' partials at once (a fixed tile, however many slices a call
+    has), merging tile after tile online: one dependent load per slice
+    made this launch 18 us of a 113 us call at B = 1 (32 slices)."""
     r = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -170,21 +212,30 @@ def decode_combine_kernel(
     qh = h * G + r // TQ
     odv = tl.arange(0, BDV)
     m = tl.full([1], float("-inf"), tl.float32)
-    for i in range(0, SPLITS):
-        m = tl.maximum(m, tl.load(L_PART + (bh.to(tl.int64) * SPLITS + i) * BM + r + tl.zeros([1], tl.int32)))
     if HAS_SINK:
         o_s = tl.arange(0, BS)
         sink = tl.load(SINK + qh * NS + o_s, mask=o_s < NS, other=float("-inf")).to(tl.float32)
         m = tl.maximum(m, tl.max(sink, axis=0))
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
     z = tl.zeros([1], tl.float32)
     acc = tl.zeros([BDV], tl.float32)
-    for i in range(0, SPLITS):
-        base = (bh.to(tl.int64) * SPLITS + i) * BM + r
-        w = tl.exp2((tl.load(L_PART + base + tl.zeros([1], tl.int32)) - m_safe) * _LOG2E)
-        z += w
-        acc += tl.sum(w) * tl.load(O_PART + base * DV + odv, mask=odv < DV, other=0.0)
+    for s0 in range(0, SPLITS, SB):
+        sl = s0 + tl.arange(0, SB)
+        base = (bh.to(tl.int64) * SPLITS + sl) * BM + r
+        lse = tl.load(L_PART + base, mask=sl < SPLITS, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2((m - m_safe) * _LOG2E)
+        w = tl.exp2((lse - tl.sum(m_safe)) * _LOG2E)
+        o = tl.load(
+            O_PART + base[:, None] * DV + odv[None, :],
+            mask=(sl[:, None] < SPLITS) & (odv[None, :] < DV),
+            other=0.0,
+        )
+        z = z * alpha + tl.sum(w, axis=0)
+        acc = acc * tl.sum(alpha) + tl.sum(w[:, None] * o, axis=0)
+        m = m_new
     if HAS_SINK:
+        m_safe = tl.where(m == float("-inf"), 0.0, m)
         z += tl.sum(tl.exp2((sink - tl.sum(m_safe)) * _LOG2E), axis=0)
     zs = tl.sum(z)
     out = acc / tl.where(zs > 0, zs, 1.0)
@@ -265,11 +316,14 @@ def decode_plans(
     sliding_window=None,
     logits_soft_cap=None,
     softmax_aux: TensorInfo | None = None,
-) -> tuple[LaunchPlan, LaunchPlan]:
-    """Check ``decode_attention``'s arguments and plan its two launches: the
-    split kernel (inputs ``q, k, v, kv_lens, block_table``; outputs
-    ``o_part, l_part``), then the combine (inputs ``o_part, l_part,
-    softmax_aux``; output ``out``)."""
+) -> tuple[LaunchPlan, ...]:
+    """Check ``decode_attention``'s arguments and plan its launches: the
+    split kernel (inputs ``q, k, v, kv_lens, block_table, softmax_aux``;
+    outputs ``o_part, l_part``), then the combine (inputs ``o_part, l_part,
+    softmax_aux``; output ``out``).  When each row and head takes one slice
+    (many rows, or a short cache) the split kernel alone makes ``out``
+    (then ``l_part``), and there is no combine.  Either way the first output
+    of the last launch is the result."""
     window, cap, scale = _check(
         query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window, logits_soft_cap,
         softmax_aux,
@@ -284,11 +338,14 @@ def decode_plans(
     BM = max(16, next_power_of_2(G * Tq))
     if interpreter_requested():
         BN, warps, stages = 16, 4, 2
+    elif paged:
+        BN, warps, stages = PAGED_CONFIG
     else:
-        BN, warps, stages = PAGED_CONFIG if paged else CONFIG
+        BN, warps, stages = SPLIT_CONFIG if B * H < _TARGET_PROGRAMS else CONFIG
     BD, BDV = max(16, next_power_of_2(D)), max(16, next_power_of_2(DV))
-    # Enough slices to fill the GPU, none shorter than a few key blocks.
-    splits = max(1, min(cdiv(_TARGET_PROGRAMS, B * H), cdiv(max(capacity, 1), 4 * BN)))
+    # Enough slices to fill the GPU without a part-filled last wave (at most
+    # _TARGET_PROGRAMS programs), none shorter than a few key blocks.
+    splits = max(1, min(_TARGET_PROGRAMS // (B * H), cdiv(max(capacity, 1), 4 * BN)))
     per_split = cdiv(cdiv(max(capacity, 1), splits), BN) * BN
     splits = cdiv(max(capacity, 1), per_split)
     if paged:
@@ -296,18 +353,28 @@ def decode_plans(
     else:
         table_stride = 0
     left = 0 if window is None else window[0]
+    ns = 1 if softmax_aux is None else (softmax_aux.shape[1] if softmax_aux.ndim == 2 else 1)
+    sinks = dict(HAS_SINK=softmax_aux is not None, NS=ns, BS=max(2, next_power_of_2(ns)), HQ=HQ)
+    final = splits == 1
+    if final:
+        outputs = (OutputSpec((B, Tq, HQ, DV), query.dtype), OutputSpec((B * H, 1, BM), "float32"))
+        names = ("out", "l_part")
+    else:
+        outputs = (OutputSpec((B * H, splits, BM, DV), "float32"), OutputSpec((B * H, splits, BM), "float32"))
+        names = ("o_part", "l_part")
     split = LaunchPlan(
         kernel=decode_split_kernel,
-        grid=(splits, B * H),
+        grid=(B * H, splits),
         params=(
             In("q"), In("k"), In("v"), In("kv_lens"), In("block_table" if paged else "kv_lens"),
+            In("kv_lens" if softmax_aux is None else "softmax_aux"),
             B, capacity, per_split, num_blocks, scale, 1.0 if cap is None else cap, left,
             query.strides[0], query.strides[1], query.strides[2],
             key_cache.strides[0], key_cache.strides[1], key_cache.strides[2],
             value_cache.strides[0], value_cache.strides[1], value_cache.strides[2], table_stride,
         ),
-        outputs=(OutputSpec((B * H, splits, BM, DV), "float32"), OutputSpec((B * H, splits, BM), "float32")),
-        output_names=("o_part", "l_part"),
+        outputs=outputs,
+        output_names=names,
         constexprs=dict(
             H=H, G=G, TQ=Tq, D=D, DV=DV, BM=BM, BN=BN, BD=BD, BDV=BDV, PAGED=paged, PAGE=page,
             HAS_CAP=cap is not None, HAS_WINDOW=window is not None,
@@ -318,11 +385,13 @@ def decode_plans(
                 for i, st in enumerate((*query.strides[:3], *key_cache.strides[:3], *value_cache.strides[:3]))
                 if st % 16 == 0
             ),
+            FINAL=final, **sinks,
         ),
         num_warps=warps,
         num_stages=stages,
     )  # fmt: skip
-    ns = 1 if softmax_aux is None else (softmax_aux.shape[1] if softmax_aux.ndim == 2 else 1)
+    if final:
+        return (split,)
     n = splits
     combine = LaunchPlan(
         kernel=decode_combine_kernel,
@@ -330,11 +399,8 @@ def decode_plans(
         params=(In("o_part"), In("l_part"), In("l_part" if softmax_aux is None else "softmax_aux"), B, n),
         outputs=(OutputSpec((B, Tq, HQ, DV), query.dtype),),
         output_names=("out",),
-        constexprs=dict(
-            H=H, G=G, TQ=Tq, DV=DV, HQ=HQ, BM=BM, BDV=BDV, NS=ns, BS=max(2, next_power_of_2(ns)),
-            HAS_SINK=softmax_aux is not None,
-        ),
-        num_warps=1,
+        constexprs=dict(H=H, G=G, TQ=Tq, DV=DV, BM=BM, BDV=BDV, SB=_COMBINE_TILE, **sinks),
+        num_warps=4,
         num_stages=1,
     )  # fmt: skip
     return split, combine

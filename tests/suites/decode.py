@@ -23,6 +23,8 @@ CASES = {
         2, 2, 4, 2, 16, 16, 40, None, [40, 1], {"logits_soft_cap": 3.0, "softmax_scale": 0.3}, "2d",
     ),
     "paged_sinks_empty_row": (2, 1, 2, 1, 16, 16, 48, 16, [0, 48], {}, "1d"),
+    # 72 slices in the interpreter: the combine merges two tiles of 64.
+    "many_slices_sinks": (1, 2, 2, 1, 16, 16, 4600, None, [4590], {}, "2d"),
 }  # fmt: skip
 
 
@@ -153,3 +155,21 @@ class DecodeSuite:
         rng = np.random.default_rng(4)
         lens = [int(v) for v in rng.integers(1, 6000, 3)]
         self._run(None, dtype="bfloat16", case=(3, 2, 32, 8, 128, 128, 6016, page, lens, {}, None))
+
+    @pytest.mark.skipif(
+        interpreter_requested(), reason="GPU sizes: long caches, D=128, the GPU's block sizes"
+    )
+    def test_decode_gpu_sizes_one_row_many_slices(self):
+        # One row, one key head: 264 slices of the 70k cache, which the
+        # combine merges in five tiles; sinks join them.
+        self._run(None, dtype="bfloat16", case=(1, 1, 8, 1, 128, 128, 70000, None, [69990], {}, "1d"))
+
+    @pytest.mark.skipif(
+        interpreter_requested(), reason="GPU sizes: long caches, D=128, the GPU's block sizes"
+    )
+    @pytest.mark.parametrize("page", [None, 64])
+    def test_decode_gpu_sizes_many_rows_one_slice(self, page):
+        # 40 rows x 8 key heads fill the GPU: one slice each, the split
+        # kernel writes the output itself (sinks in its normaliser).
+        lens = [int(v) for v in np.random.default_rng(5).integers(0, 1500, 40)]
+        self._run(None, dtype="bfloat16", case=(40, 2, 32, 8, 128, 128, 1536, page, lens, {}, "2d"))
