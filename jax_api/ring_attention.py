@@ -1,12 +1,15 @@
 """``ring_attention`` for JAX: flash attention over a sequence sharded along
 a ``shard_map`` axis (algorithm: core_triton.attention.ring).
 
-Forward: ``n`` steps; at each, the next key/value shard is already on its
-way (``lax.ppermute``, independent of the step's kernel, so XLA overlaps
-them) while the kernel runs on the current one; partial results merge in
-float32 by log-sum-exp.  One ``custom_vjp`` covers the whole ring: the
-backward makes the same trip with the key/value shards and their float32
-dK/dV accumulators, which arrive back at their owner after ``n`` hops.
+Forward: the schedule's steps (``n``, fewer when a window needs no far
+shard); at each, the next key/value shard is already on its way
+(``lax.ppermute``, independent of the step's kernel, so XLA overlaps them)
+while the kernel runs on the current one; partial results merge in float32
+by log-sum-exp.  A step the mask may remove entirely, depending on the
+device (the rank is traced), runs its kernels in a ``lax.cond``.  One
+``custom_vjp`` covers the whole ring: the backward makes the same trip with
+the key/value shards and their float32 dK/dV accumulators, which go home
+after the walk.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
+from core_triton.attention.flash import window_pair
 from core_triton.common.checks import check_bool
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
@@ -133,17 +137,33 @@ def ring_attention(
         local = mine()
         fixed["q_positions"] = jnp.asarray(q_positions) if q_positions is not None else local
         moving["kv_positions"] = jnp.asarray(kv_positions) if kv_positions is not None else local
-    perm = [(i, (i + 1) % n) for i in range(n)]
-    shift = lambda tree: jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)  # noqa: E731
 
+    def shift(tree, places=1):
+        """Each device's ``tree`` to the device ``places`` on (0: stays)."""
+        if places % n == 0:
+            return tree
+        perm = [(i, (i + places) % n) for i in range(n)]
+        return jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)
+
+    window = window_pair(sliding_window)
     schedule = core.RingSchedule(
         n,
         t_local,
         bool(zigzag),
         bool(causal),
         q_positions is not None or kv_positions is not None,
-        sliding_window is not None,
+        None if window is None else tuple(window),
     )
+
+    def unless_masked(masked, run, skip, *carry):
+        """``run(*carry)``, or ``skip(*carry)`` where the mask removes the
+        step: decided here when the schedule knows, else on the device
+        (``lax.cond``: the removed step's kernels are not launched)."""
+        if masked is None or masked is False:
+            return run(*carry)
+        if masked is True:
+            return skip(*carry)
+        return lax.cond(masked, skip, run, *carry)
 
     def offsets(offs):
         return jnp.stack([jnp.asarray(o, jnp.int32) for o in offs])
@@ -161,13 +181,18 @@ def ring_attention(
         fixed.update(idx[0])
         rank = lax.axis_index(axis_name)
         kv = {"k": k, "v": v, **idx[1]}
-        B, _, HQ, _ = q.shape
-        out = jnp.zeros((B, t_local, HQ, v.shape[3]), jnp.float32)
-        lse = jnp.full((B, HQ, t_local), -jnp.inf, jnp.float32)
+        out = lse = None
         for step in schedule.steps(rank):
             nxt = shift(kv) if not step.last else None  # in flight during this step's kernel
-            out_b, lse_b = launch(plans.forward, step_inputs(q, kv, step, b))
-            out, lse = _merge(out, lse, out_b, lse_b)
+
+            def run(out, lse, kv=kv, step=step):
+                out_b, lse_b = launch(plans.forward, step_inputs(q, kv, step, b))
+                return _merge(out, lse, out_b, lse_b)
+
+            if out is None:  # the home step (first, never removed) starts the merge
+                out, lse = launch(plans.forward, step_inputs(q, kv, step, b))
+            else:
+                out, lse = unless_masked(step.masked_out, run, lambda *c: c, out, lse)
             kv = nxt
         if sink is not None:
             out, lse = _add_sinks(out, lse, sink)
@@ -196,27 +221,35 @@ def ring_attention(
             delta = delta - cts[1].astype(jnp.float32)
         dkdv_plan, dq_plan = plans.grads(info(dout))
         kv = {"k": k, "v": v, **idx[1]}
-        acc = {"dk": jnp.zeros(k.shape, jnp.float32), "dv": jnp.zeros(v.shape, jnp.float32)}
-        dq = jnp.zeros(q.shape, jnp.float32)
         # The bias gradient, only when asked for: one bias-sized array that
         # each step fills at its shard's columns (every column once; XLA
-        # updates it in place).
+        # updates it in place; a removed step's columns stay 0).
         db = None if bias_flag is None else jnp.zeros(b.shape, b.dtype)
+        acc = dq = None
         for step in schedule.steps(rank):
             nxt = shift(kv) if not step.last else None
-            inputs = step_inputs(q, kv, step, b)
-            inputs.update({"do": dout, "lse": lse, "delta": delta})
-            dk_s, dv_s = launch(dkdv_plan, inputs)
-            (dq_s,) = launch(dq_plan, inputs)
-            dq = dq + dq_s
+
+            def run(acc, dq, db, kv=kv, step=step):
+                inputs = step_inputs(q, kv, step, b)
+                inputs.update({"do": dout, "lse": lse, "delta": delta})
+                dk_s, dv_s = launch(dkdv_plan, inputs)
+                (dq_s,) = launch(dq_plan, inputs)
+                if acc is not None:
+                    dk_s, dv_s, dq_s = acc["dk"] + dk_s, acc["dv"] + dv_s, dq + dq_s
+                if db is not None:
+                    (db_s,) = launch(plans.dbias(info(dout)), inputs)
+                    for a, g, c in step.bias_pieces:
+                        piece = lax.slice_in_dim(db_s, a, a + c, axis=3)
+                        db = lax.dynamic_update_slice_in_dim(db, piece, g, axis=3)
+                return {"dk": dk_s, "dv": dv_s}, dq_s, db
+
+            if acc is None:  # the home step: never removed
+                acc, dq, db = run(None, None, db)
+            else:
+                acc, dq, db = unless_masked(step.masked_out, run, lambda *c: c, acc, dq, db)
             # The accumulators of src's shard leave with it for src + 1 ...;
-            # after n hops they are back with their owner.
-            acc = shift({"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s})
-            if db is not None:
-                (db_s,) = launch(plans.dbias(info(dout)), inputs)
-                for a, g, c in step.bias_pieces:
-                    piece = lax.slice_in_dim(db_s, a, a + c, axis=3)
-                    db = lax.dynamic_update_slice_in_dim(db, piece, g, axis=3)
+            # after the walk they go home in one hop.
+            acc = shift(acc, schedule.home_shift() if step.last else 1)
             kv = nxt
         dsink = sink_grad(sink, lse, delta) if sink_flag is not None else None
         zeros = jax.tree.map(lambda a: np.zeros(np.shape(a), jax.dtypes.float0), idx)

@@ -25,22 +25,25 @@ from torch_api.flash_attention import sink_grad
 
 
 class _Ring:
-    """Send a dict of tensors to the next rank, receive the previous rank's."""
+    """Send a dict of tensors ``shift`` ranks on, receive the same from
+    ``shift`` ranks back."""
 
     def __init__(self, group):
         self.group = group
         self.n = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
-        to_global = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
-        self.next = to_global((self.rank + 1) % self.n)
-        self.prev = to_global((self.rank - 1) % self.n)
+        self._global = (lambda r: dist.get_global_rank(group, r)) if group is not None else (lambda r: r)
 
-    def start(self, tensors: dict):
+    def start(self, tensors: dict, shift: int = 1):
+        """``(received, requests)``; a shift of 0 (mod n) sends nothing."""
+        if shift % self.n == 0:
+            return dict(tensors), []
+        to, frm = self._global((self.rank + shift) % self.n), self._global((self.rank - shift) % self.n)
         recv = {k: torch.empty_like(t) for k, t in tensors.items()}
         ops = []
         for k in sorted(tensors):
-            ops.append(dist.P2POp(dist.isend, tensors[k].contiguous(), self.next, self.group))
-            ops.append(dist.P2POp(dist.irecv, recv[k], self.prev, self.group))
+            ops.append(dist.P2POp(dist.isend, tensors[k].contiguous(), to, self.group))
+            ops.append(dist.P2POp(dist.irecv, recv[k], frm, self.group))
         return recv, dist.batch_isend_irecv(ops)
 
     @staticmethod
@@ -67,24 +70,23 @@ def _offsets(offsets, device):
 
 def _ring_forward(q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
     """``(out [B, T_local, HQ, Dv] float32, lse [B, HQ, T_local])`` over the ring."""
-    t_local = q.shape[1]
     kv = {"k": k, "v": v, **moving}
-    B, _, HQ, _ = q.shape
-    out = torch.zeros(B, t_local, HQ, v.shape[3], dtype=torch.float32, device=q.device)
-    lse = torch.full((B, HQ, t_local), float("-inf"), dtype=torch.float32, device=q.device)
+    out = lse = None
     for step in schedule.steps(ring.rank):
         nxt, reqs = ring.start(kv) if not step.last else (None, [])
-        inputs = {
-            "q": q,
-            **kv,
-            **fixed,
-            "qoff": _offsets(step.q_offsets, q.device),
-            "koff": _offsets(step.k_offsets, q.device),
-        }
-        if bias is not None:
-            inputs["bias"] = bias
-        out_b, lse_b = launch(plans.forward, inputs)
-        out, lse = _merge(out, lse, out_b, lse_b)
+        if not step.masked_out:  # a step the mask removes launches nothing
+            inputs = {
+                "q": q,
+                **kv,
+                **fixed,
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
+            }
+            if bias is not None:
+                inputs["bias"] = bias
+            out_b, lse_b = launch(plans.forward, inputs)
+            # The home step (first, never removed) starts the merge.
+            out, lse = (out_b, lse_b) if out is None else _merge(out, lse, out_b, lse_b)
         ring.wait(reqs)
         kv = nxt
     if sink is not None:
@@ -93,50 +95,59 @@ def _ring_forward(q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
 
 
 def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, plans, ring, schedule, need_db):
-    """``(dq, dk, dv, db)`` in the inputs' dtypes (``db`` None unless ``need_db``)."""
-    n = ring.n
+    """``(dq, dk, dv, db)`` in the inputs' dtypes (``db`` None unless ``need_db``).
+
+    The float32 dK/dV accumulators of the visiting shard travel with it: a
+    step adds its gradients to the ones that arrived and sends the sums on,
+    and the next step's kernels run while they travel (they are waited for
+    only when the next sum needs them).  After the walk they go home in one
+    hop (``schedule.home_shift``)."""
     (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
     if dlse is not None:
         delta = delta - dlse.float()
     dkdv_plan, dq_plan = plans.grads(info(dout))
     kv = {"k": k, "v": v, **moving}
-    acc = {
-        "dk": torch.zeros(k.shape, dtype=torch.float32, device=k.device),
-        "dv": torch.zeros(v.shape, dtype=torch.float32, device=v.device),
-    }
-    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dq = None
     # The bias gradient, only when asked for: one bias-sized array that
-    # each step fills at its shard's columns (every column once).
+    # each step fills at its shard's columns (every column at most once;
+    # those of steps the mask removes, or the walk does not reach, stay 0).
     db = None
     if need_db:
-        db = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device)
+        db = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device)
         dbias_plan = plans.dbias(info(dout))
+    acc, acc_reqs = None, []
     for step in schedule.steps(ring.rank):
         nxt, reqs = ring.start(kv) if not step.last else (None, [])
-        inputs = {
-            "q": q,
-            **kv,
-            **fixed,
-            "qoff": _offsets(step.q_offsets, q.device),
-            "koff": _offsets(step.k_offsets, q.device),
-        }
-        inputs.update({"do": dout, "lse": lse, "delta": delta})
-        if bias is not None:
-            inputs["bias"] = bias
-        dk_s, dv_s = launch(dkdv_plan, inputs)
-        (dq_s,) = launch(dq_plan, inputs)
-        dq += dq_s
-        # src's accumulators leave with its shard; after n hops they are home.
-        acc = {"dk": acc["dk"] + dk_s, "dv": acc["dv"] + dv_s}
-        if n > 1:
-            acc, acc_reqs = ring.start(acc)
-            ring.wait(acc_reqs)
-        if db is not None:
-            (db_s,) = launch(dbias_plan, inputs)
-            for a, g, c in step.bias_pieces:
-                db[..., g : g + c] = db_s[..., a : a + c]
+        grads = None
+        if not step.masked_out:
+            inputs = {
+                "q": q,
+                **kv,
+                **fixed,
+                "qoff": _offsets(step.q_offsets, q.device),
+                "koff": _offsets(step.k_offsets, q.device),
+            }
+            inputs.update({"do": dout, "lse": lse, "delta": delta})
+            if bias is not None:
+                inputs["bias"] = bias
+            grads = launch(dkdv_plan, inputs)
+            (dq_s,) = launch(dq_plan, inputs)
+            dq = dq_s if dq is None else dq + dq_s
+            if db is not None:
+                (db_s,) = launch(dbias_plan, inputs)
+                for a, g, c in step.bias_pieces:
+                    db[..., g : g + c] = db_s[..., a : a + c]
+        # The accumulators that arrived (sent by the previous step) belong to
+        # this step's shard; wait for them only now, after its kernels.
+        ring.wait(acc_reqs)
+        if acc is None:  # the home step: never removed, nothing arrived
+            acc = {"dk": grads[0], "dv": grads[1]}
+        elif grads is not None:
+            acc = {"dk": acc["dk"] + grads[0], "dv": acc["dv"] + grads[1]}
+        acc, acc_reqs = ring.start(acc, schedule.home_shift() if step.last else 1)
         ring.wait(reqs)
         kv = nxt
+    ring.wait(acc_reqs)
     return dq.to(q.dtype), acc["dk"].to(k.dtype), acc["dv"].to(v.dtype), db, delta
 
 
@@ -216,8 +227,9 @@ def _prepare(a):
         mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
         fixed["q_positions"] = a["q_positions"] if a["q_positions"] is not None else mine
         moving["kv_positions"] = a["kv_positions"] if a["kv_positions"] is not None else mine
+    window = a["sliding_window"]  # flash's [left, right] pair (window_pair) or None
     schedule = core.RingSchedule(
-        n, t_local, zigzag, a["causal"], explicit, a["sliding_window"] is not None
+        n, t_local, zigzag, a["causal"], explicit, None if window is None else tuple(window)
     )  # fmt: skip
     return a, plans, ring, schedule, fixed, moving
 

@@ -18,8 +18,9 @@ global order).  The bias gradient of a step covers only that step's keys
 belongs to one shard); the bindings write its pieces into the one
 global-width gradient (:func:`bias_pieces`), so no step allocates the global
 width.  Blocks the mask removes are skipped by the kernels' loop
-bounds, so a fully masked (query shard, key shard) pair costs one launch of
-empty programs.  Partial outputs are float32 and merged by log-sum-exp
+bounds; a (query shard, key shard) pair the mask removes entirely (known
+from the layout: :class:`RingSchedule`) launches nothing, and a window
+that needs no far shard shortens the walk.  Partial outputs are float32 and merged by log-sum-exp
 (``softmax_parts.ring_merge_plan``); sinks join once, after the merge
 (``softmax_parts.ring_sinks_plan``).  :class:`RingSchedule` is the step
 schedule both bindings walk; they keep only the moving of shards
@@ -65,11 +66,12 @@ class RingStep:
     and ``k_offsets`` (``src``'s); the step's bias gradient
     (``[.., T_local]``, local key order) fills the global columns of
     ``bias_pieces``; ``last``: no shard is sent on after it.
-    ``masked_out``: True when the mask removes every (query, key) pair of
-    the step (causal, contiguous layout, the shard after this one's), False
-    when it does not, None when that is not known here (a traced rank,
-    explicit positions, a sliding window that may remove it).  ``src`` and the offsets are ints, or traced
-    scalars when the rank is (only + and * are used)."""
+    ``masked_out``: whether the mask removes every (query, key) pair of the
+    step, so that nothing is launched for it: True/False for an int rank, a
+    traced bool for a traced one, None when the schedule cannot tell
+    (explicit positions; a zig-zag layout with a window).  ``src``, the
+    offsets and ``masked_out`` are ints/bools, or traced scalars when the
+    rank is (only +, *, comparisons and ``&``/``|`` are used)."""
 
     index: int
     src: Any
@@ -77,37 +79,78 @@ class RingStep:
     k_offsets: tuple
     bias_pieces: tuple
     last: bool
-    masked_out: bool | None
+    masked_out: Any
 
 
 @dataclass(frozen=True)
 class RingSchedule:
     """The ring's step schedule, which both bindings walk: ``n`` devices
-    holding ``t_local`` tokens each, contiguous or zig-zag.  At step ``s``
-    device ``rank`` holds the shard of ``(rank - s) mod n``."""
+    holding ``t_local`` tokens each, contiguous or zig-zag; ``window``: the
+    sliding window as ``(left, right)`` (flash's validated pair) or None.
+    At step ``s`` device ``rank`` holds the shard of ``(rank - s) mod n``.
+
+    In the contiguous layout with global positions the mask decides which
+    shards a device's queries can see at all: with a causal mask none after
+    its own, with a window only those within reach.  Such steps are
+    ``masked_out`` (the bindings launch and allocate nothing for them; the
+    shards still pass through).  When no device needs a shard more than
+    ``k`` places behind its own and none after it (a window with
+    ``right == 0`` or a causal mask), the ring walks only ``span() = k + 1``
+    steps: shards go no further than they are needed, and the backward's
+    dK/dV accumulators go home in one hop of ``home_shift()`` places."""
 
     n: int
     t_local: int
     zigzag: bool
     causal: bool = False
     explicit_positions: bool = False
-    windowed: bool = False
+    window: tuple | None = None
+
+    def _by_layout(self) -> bool:
+        """Whether the layout alone decides which shard pairs the mask removes."""
+        return not self.zigzag and not self.explicit_positions
+
+    def span(self) -> int:
+        """Steps walked (1 to ``n``)."""
+        if not self._by_layout() or self.window is None:
+            return self.n
+        left, right = self.window
+        if right > 0 and not self.causal:
+            return self.n  # shards after a device's own are needed
+        # Step s (keys s shards back): its nearest pair is (s - 1) * t + 1 apart.
+        reach = 0 if left == 0 else (left - 1) // self.t_local + 1
+        return min(self.n, reach + 1)
+
+    def home_shift(self) -> int:
+        """Places (forward) the accumulators of the last step's shard travel
+        to reach their owner after the walk: 1 for a full ring, 0 when only
+        the home step is walked."""
+        return (self.n - self.span() + 1) % self.n
+
+    def masked(self, rank, src):
+        """Whether the mask removes every pair of (``rank``'s queries,
+        ``src``'s keys): a bool, a traced bool, or None (not known here)."""
+        if not self._by_layout():
+            return None if (self.zigzag and self.window is not None) or self.explicit_positions else False
+        t = self.t_local
+        later, earlier = src > rank, src < rank
+        out = False
+        if self.causal:
+            out = later
+        elif self.window is not None:
+            out = later & ((src - rank - 1) * t + 1 > self.window[1])
+        if self.window is not None:
+            out = out | (earlier & ((rank - src - 1) * t + 1 > self.window[0]))
+        return out
 
     def steps(self, rank) -> list[RingStep]:
-        """The ``n`` steps of device ``rank`` (an int, or a traced scalar)."""
+        """The ``span()`` steps of device ``rank`` (an int, or a traced scalar)."""
         n, t, zz = self.n, self.t_local, self.zigzag
         mine = tuple(offsets(rank, n, t, zz))
-        known = isinstance(rank, int) and not self.explicit_positions
+        m = self.span()
         out = []
-        for s in range(n):
+        for s in range(m):
             src = (rank - s) % n
-            masked = None
-            if known:
-                # Contiguous shards: every key of a later shard comes after
-                # every query here.  Zig-zag pairs always share allowed pairs.
-                masked = self.causal and not zz and src > rank
-                if not masked and self.windowed:
-                    masked = None  # the window may still remove it
             out.append(
                 RingStep(
                     index=s,
@@ -115,8 +158,8 @@ class RingSchedule:
                     q_offsets=mine,
                     k_offsets=tuple(offsets(src, n, t, zz)),
                     bias_pieces=tuple(bias_pieces(src, n, t, zz)),
-                    last=s + 1 == n,
-                    masked_out=masked,
+                    last=s + 1 == m,
+                    masked_out=False if s == 0 else self.masked(rank, src),
                 )
             )
         return out

@@ -30,15 +30,69 @@ def test_every_shard_visits_once_and_every_bias_column_is_filled_once(n, zigzag)
         assert sorted(columns) == list(range(n * t_local))
 
 
+def _allowed_pairs(rank, src, t, causal, window):
+    """Brute force: does any (query of shard rank, key of shard src) pair
+    survive the mask (contiguous layout, global positions)?"""
+    for q in range(rank * t, (rank + 1) * t):
+        for k in range(src * t, (src + 1) * t):
+            if causal and k > q:
+                continue
+            if window is not None and (q - k > window[0] or k - q > window[1]):
+                continue
+            return True
+    return False
+
+
+MASKS = [
+    (True, None),
+    (False, None),
+    (True, (9, 0)),
+    (False, (9, 0)),
+    (False, (0, 0)),
+    (True, (8, 0)),
+    (False, (3, 5)),
+    (False, (20, 1)),
+    (True, (1, 7)),
+]
+
+
+@pytest.mark.parametrize("causal, window", MASKS)
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_masked_steps_and_span_match_brute_force(n, causal, window):
+    t = 4
+    sched = RingSchedule(n, t, False, causal=causal, window=window)
+    m = sched.span()
+    for rank in range(n):
+        steps = sched.steps(rank)
+        assert len(steps) == m and [s.last for s in steps] == [False] * (m - 1) + [True]
+        for s in steps:
+            assert s.masked_out is (not _allowed_pairs(rank, s.src, t, causal, window))
+        # Steps past the span would have found nothing for any device.
+        for s in range(m, n):
+            assert not _allowed_pairs(rank, (rank - s) % n, t, causal, window)
+        # After the walk the last shard's accumulators go home in one hop.
+        assert (rank + sched.home_shift()) % n == steps[-1].src
+    if window is not None and (causal or window[1] == 0):
+        assert m == min(n, (0 if window[0] == 0 else (window[0] - 1) // t + 1) + 1)
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_masked_out_steps(n):
+def test_masked_out_unknown_or_never(n):
     t_local = 4
     for rank in range(n):
-        causal = RingSchedule(n, t_local, False, causal=True).steps(rank)
-        assert [s.masked_out for s in causal] == [s.src > rank for s in causal]
         assert not any(s.masked_out for s in RingSchedule(n, t_local, True, causal=True).steps(rank))
-        assert not any(s.masked_out for s in RingSchedule(n, t_local, False).steps(rank))
         explicit = RingSchedule(n, t_local, False, causal=True, explicit_positions=True).steps(rank)
-        assert all(s.masked_out is None for s in explicit)
-        windowed = RingSchedule(n, t_local, False, causal=True, windowed=True).steps(rank)
-        assert [s.masked_out for s in windowed] == [True if s.src > rank else None for s in windowed]
+        assert [s.masked_out for s in explicit] == [False] + [None] * (n - 1)
+        zz = RingSchedule(n, t_local, True, causal=True, window=(3, 0)).steps(rank)
+        assert len(zz) == n and [s.masked_out for s in zz] == [False] + [None] * (n - 1)
+
+
+def test_masked_out_with_a_traced_rank():
+    # The same expressions on arrays (JAX traces the rank): an array per
+    # step that equals the int rank's answer.
+    np = pytest.importorskip("numpy")
+    sched = RingSchedule(4, 4, False, causal=True, window=(5, 0))
+    for rank in range(4):
+        ints = [s.masked_out for s in sched.steps(rank)]
+        arrays = [s.masked_out for s in sched.steps(np.int32(rank))]
+        assert [bool(a) for a in arrays] == ints

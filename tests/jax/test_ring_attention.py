@@ -143,6 +143,14 @@ def test_ring_packed_errors():
         jax_api.ring_attention_mesh(mesh, "sp", q, q, q, cu_seqlens=cu.astype(jnp.float32))
 
 
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring_window_walks_only_what_is_needed(n):
+    # Contiguous shards of 8 under windows that end the walk early, steps
+    # removed on some devices and not others (decided on the device).
+    check(n, False, {"causal": True, "sliding_window": (8, 0)}, ("sink", "bias", "seg"))
+    check(n, False, {"sliding_window": (3, 10)}, ("bias",), seed=1)
+
+
 def test_ring_constant_bias_zigzag(monkeypatch):
     check(2, True, CAUSAL, ("seg_shards", "sink", "bias_const"), t=40, monkeypatch=monkeypatch)
 
@@ -181,3 +189,39 @@ def test_inside_user_shard_map_and_zigzag_helpers():
     assert rms_ratio(out, ref) <= 1e-5
     with pytest.raises(ValueError, match="axis_name"):
         jax_api.ring_attention(q, q, q)
+
+
+def _ring_program(n, t, zigzag, options):
+    """The jaxpr text of a jitted ring forward and backward on ``n`` devices."""
+    mesh = Mesh(np.array(jax.devices()[:n]), ("sp",))
+    q = jnp.asarray(np.random.default_rng(0).standard_normal((1, n * t, 2, 16)), jnp.float32)
+
+    def loss(q):
+        out = jax_api.ring_attention_mesh(mesh, "sp", q, q, q, zigzag=zigzag, **options)
+        return jnp.sum(out * out)
+
+    return str(jax.make_jaxpr(jax.grad(loss))(q))
+
+
+@pytest.mark.parametrize(
+    "zigzag, options, conds, permutes",
+    [
+        # Contiguous causal, 4 devices: steps 1-3 may be removed (a device's
+        # earlier shards): decided on the device, forward and backward; the
+        # shards (k, v) travel 3 hops each way, the accumulators (dk, dv) 4.
+        (False, {"causal": True}, 6, 2 * 3 + 2 * 3 + 2 * 4),
+        # A window reaching one shard back: two steps walked, one hop each
+        # way, the accumulators one hop along and one home.
+        (False, {"causal": True, "sliding_window": (8, 0)}, 2, 2 + 2 + 2 * 2),
+        # One reaching two shards back (its farthest pair: 9 apart).
+        (False, {"sliding_window": (9, 0)}, 4, 2 * 2 + 2 * 2 + 2 * 3),
+        # Zig-zag causal: every step has work.
+        (True, {"causal": True}, 0, 2 * 3 + 2 * 3 + 2 * 4),
+    ],
+)
+def test_removed_steps_and_the_walk(zigzag, options, conds, permutes):
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 devices")
+    text = _ring_program(4, 8, zigzag, options)
+    assert text.count("cond[") == conds
+    assert text.count("ppermute[") == permutes

@@ -29,7 +29,24 @@ CASES = [
     (True, {"causal": True}, ("long", "seg_shards", "sink", "bias_const")),
     (True, {"causal": True, "sliding_window": (5, 0), "logits_soft_cap": 2.0}, ("cu", "sink", "bias")),
     (False, {}, ("long", "cu", "sink_inf")),
+    # Contiguous shards under a window that reaches one shard back: the
+    # ring walks two steps; steps the mask removes launch nothing.
+    (False, {"causal": True, "sliding_window": (9, 0)}, ("seg", "sink", "bias", "count")),
+    (False, {"sliding_window": (3, 10)}, ("bias", "count")),
+    (False, {"causal": True}, ("long", "count")),
 ]
+
+
+def _allowed_pairs(rank, src, t, opts):
+    """Brute force over global positions (contiguous layout): does any
+    (query of shard rank, key of shard src) pair survive the mask?"""
+    left, right = opts.get("sliding_window") or (None, None)
+    for q in range(rank * t, (rank + 1) * t):
+        for k in range(src * t, (src + 1) * t):
+            if (opts.get("causal") and k > q) or (left is not None and (q - k > left or k - q > right)):
+                continue
+            return True
+    return False
 
 
 def packed_boundaries(T):
@@ -67,11 +84,35 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
     # for its gradient.
     launched, real_launch = [], ring_module.launch
 
+    # The order of launches, transfers and waits, to see that the backward
+    # waits for the dK/dV accumulators only after the next step's kernels.
+    events = []
+
     def spy(plan, inputs):
         launched.append(plan)
+        events.append(("launch", plan.output_names))
         return real_launch(plan, inputs)
 
     ring_module.launch = spy
+    # Every transfer's (shift, what), to see how far the shards go.
+    sent, real_start, real_wait = [], ring_module._Ring.start, ring_module._Ring.wait
+
+    class Requests(list):
+        pass
+
+    def start_spy(self, tensors, shift=1):
+        sent.append((shift % n, tuple(sorted(tensors))))
+        recv, reqs = real_start(self, tensors, shift)
+        reqs = Requests(reqs)
+        events.append(("start", tuple(sorted(tensors)), reqs))
+        return recv, reqs
+
+    def wait_spy(reqs):
+        events.append(("wait", reqs))
+        return real_wait(reqs)
+
+    ring_module._Ring.start = start_spy
+    ring_module._Ring.wait = staticmethod(wait_spy)
     try:
         for ci, (zigzag, opts, extras) in enumerate(cases):
             g = torch.Generator().manual_seed(ci)
@@ -117,12 +158,42 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
                     for k, v in x.items()}  # fmt: skip
             mine = {k: v.requires_grad_(not (const and k == "bias")) for k, v in mine.items()}
             launched.clear()
+            sent.clear()
+            events.clear()
             out = torch_api.ring_attention(
                 **mine, **{k: local(v) for k, v in idx.items()}, **packed, **opts, zigzag=zigzag
             )
             out.backward(local(do))
             if const and any("dbias" in p.output_names for p in launched):
                 errors.put(f"n={n} case={ci} rank={rank}: a bias-gradient launch for a constant bias")
+            if "count" in extras:
+                # dK/dV launches: one per step the mask leaves something in.
+                live = [s for s in range(n) if _allowed_pairs(rank, (rank - s) % n, t, opts)]
+                got = sum(p.output_names == ("dk", "dv") for p in launched)
+                if got != len(live):
+                    errors.put(f"n={n} case={ci} rank={rank}: {got} dK/dV launches, {len(live)} steps live")
+                # A causal window: key/value shards go only as far as some
+                # device needs them (forward and backward), the accumulators
+                # home in one hop at the end.
+                kv_sends = sum(1 for _, what in sent if "k" in what)
+                # Each hop of the accumulators is waited for only after the
+                # next step's dK/dV kernels, when that step has any.
+                acc_starts = [i for i, e in enumerate(events) if e[0] == "start" and e[1] == ("dk", "dv")]
+                for i, k in zip(acc_starts, acc_starts[1:], strict=False):
+                    j = next(j for j, f in enumerate(events) if f[0] == "wait" and f[1] is events[i][2])
+                    step_launches = [x for x in range(i + 1, k) if events[x][1] == ("dk", "dv")]
+                    if events[i][2] and step_launches and j < step_launches[0]:
+                        errors.put(
+                            f"n={n} case={ci} rank={rank}: an accumulator hop waited before the kernels"
+                        )
+                if opts.get("sliding_window") and opts.get("causal"):
+                    need = max(
+                        s for r in range(n) for s in range(n) if _allowed_pairs(r, (r - s) % n, t, opts)
+                    )
+                    if kv_sends != 2 * need:
+                        errors.put(
+                            f"n={n} case={ci} rank={rank}: {kv_sends} key/value sends, needed {2 * need}"
+                        )
             checks = [("out", out, local(ref))]
             for k in ("query", "key", "value"):
                 checks.append((k, mine[k].grad, local(leaves[k].grad)))
