@@ -16,6 +16,9 @@ CONFIGS = ((128, 8, 3), (64, 4, 3), (128, 4, 2))
 TARGETS = (132, 264, 528)
 
 
+PAGED_CONFIGS = ((64, 4, 2), (64, 4, 3), (64, 8, 3), (32, 4, 3))
+
+
 def main(argv):
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -23,8 +26,35 @@ def main(argv):
     import torch_api
     from core_triton.attention import decode
 
+    if "paged" in argv:
+        for B, S in CASES:
+            _paged_case(B, S, torch, torch_api, decode)
+        return
     for B, S in CASES:
         _case(B, S, torch, torch_api, decode, SDPBackend, sdpa_kernel)
+
+
+def _paged_case(B, S, torch, torch_api, decode, page=64):
+    """Paged caches (64-token pages in shuffled order): each paged config,
+    graph-replayed, beside the contiguous default."""
+    q = torch.randn(B, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, S, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    order = torch.randperm(B * (S // page), device="cuda").view(B, -1).to(torch.int32)
+    kp, vp = (
+        torch.empty(B * (S // page), page, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)
+    )
+    kp[order.flatten().long()] = k.view(-1, page, 8, 128)
+    vp[order.flatten().long()] = v.view(-1, page, 8, 128)
+    contiguous = graph_time_per_call(torch, lambda: torch_api.decode_attention(q, k, v, lens))
+    line = [f"paged B{B} S{S} (graph us): contiguous {contiguous * 1e6:.1f}"]
+    default = decode.PAGED_CONFIG
+    for config in PAGED_CONFIGS:
+        decode.set_config(config, paged=True)
+        t = graph_time_per_call(torch, lambda: torch_api.decode_attention(q, kp, vp, lens, order))
+        line.append(f"{config} {t * 1e6:.1f}")
+    decode.set_config(default, paged=True)
+    print(" | ".join(line), flush=True)
 
 
 def _case(B, S, torch, torch_api, decode, SDPBackend, sdpa_kernel):
