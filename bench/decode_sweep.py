@@ -48,12 +48,14 @@ def _paged_case(B, S, torch, torch_api, decode, page=64):
     vp[order.flatten().long()] = v.view(-1, page, 8, 128)
     contiguous = graph_time_per_call(torch, lambda: torch_api.decode_attention(q, k, v, lens))
     line = [f"paged B{B} S{S} (graph us): contiguous {contiguous * 1e6:.1f}"]
-    default = decode.PAGED_CONFIG
+    default = (decode.PAGED_CONFIG, decode.PAGED_SPLIT_CONFIG)
     for config in PAGED_CONFIGS:
         decode.set_config(config, paged=True)
+        decode.set_config(config, paged=True, split=True)
         t = graph_time_per_call(torch, lambda: torch_api.decode_attention(q, kp, vp, lens, order))
         line.append(f"{config} {t * 1e6:.1f}")
-    decode.set_config(default, paged=True)
+    decode.set_config(default[0], paged=True)
+    decode.set_config(default[1], paged=True, split=True)
     print(" | ".join(line), flush=True)
 
 

@@ -52,19 +52,24 @@ _TARGET_PROGRAMS = 264
 # (96 KB of shared memory each) and read 64k-128k caches at batch 1 9-10%
 # faster than (128, 8, 3) (one per SM), which stays best when rows x heads
 # fill the GPU (batch 64: 5%).
+# Paged caches likewise: (64, 8, 3) 2-8% faster than (64, 4, 2) when split
+# (batch 1, batch 16 at 4k), 20% slower at batch 64 (bench.decode_sweep paged).
 CONFIG = (128, 8, 3)
 SPLIT_CONFIG = (64, 4, 3)
 PAGED_CONFIG = (64, 4, 2)
+PAGED_SPLIT_CONFIG = (64, 8, 3)
 # Slices the combine kernel reads at once.
 _COMBINE_TILE = 64
 
 
 def set_config(config: tuple[int, int, int], paged: bool = False, split: bool = False) -> None:
-    """Use ``(BN, num_warps, num_stages)`` for contiguous caches (or
-    ``paged`` ones, or contiguous ones ``split`` over several programs per
-    row and head) from the next call on (plans made before are dropped)."""
-    global CONFIG, PAGED_CONFIG, SPLIT_CONFIG
-    if paged:
+    """Use ``(BN, num_warps, num_stages)`` for contiguous (or ``paged``)
+    caches, those ``split`` over several programs per row and head or not,
+    from the next call on (plans made before are dropped)."""
+    global CONFIG, PAGED_CONFIG, SPLIT_CONFIG, PAGED_SPLIT_CONFIG
+    if paged and split:
+        PAGED_SPLIT_CONFIG = tuple(config)
+    elif paged:
         PAGED_CONFIG = tuple(config)
     elif split:
         SPLIT_CONFIG = tuple(config)
@@ -338,10 +343,10 @@ def decode_plans(
     BM = max(16, next_power_of_2(G * Tq))
     if interpreter_requested():
         BN, warps, stages = 16, 4, 2
-    elif paged:
-        BN, warps, stages = PAGED_CONFIG
+    elif B * H < _TARGET_PROGRAMS:  # the cache is split: long slices per program
+        BN, warps, stages = PAGED_SPLIT_CONFIG if paged else SPLIT_CONFIG
     else:
-        BN, warps, stages = SPLIT_CONFIG if B * H < _TARGET_PROGRAMS else CONFIG
+        BN, warps, stages = PAGED_CONFIG if paged else CONFIG
     BD, BDV = max(16, next_power_of_2(D)), max(16, next_power_of_2(DV))
     # Enough slices to fill the GPU without a part-filled last wave (at most
     # _TARGET_PROGRAMS programs), none shorter than a few key blocks.
