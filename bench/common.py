@@ -31,7 +31,7 @@ def time_per_call(fn, sync, iters: int = 20, reps: int = 5, warmup: int = 3) -> 
     return statistics.median(samples)
 
 
-def graph_time_per_call(torch, fn, calls: int = 10) -> float:
+def graph_time_per_call(torch, fn, calls: int = 10, iters: int = 10) -> float:
     """Median seconds per call of ``fn()`` replayed from one CUDA graph of
     ``calls`` back-to-back calls: the device time of a step as an inference
     server runs it (decoding steps are captured in graphs), without the
@@ -47,7 +47,7 @@ def graph_time_per_call(torch, fn, calls: int = 10) -> float:
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
-    return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=10, reps=5) / calls
+    return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=iters, reps=5) / calls
 
 
 def copy_bandwidth(torch, nbytes: int = 1 << 30) -> float:

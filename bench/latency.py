@@ -18,7 +18,7 @@ our kernels (input copies), which the host-bound wall time hides.
 
 from __future__ import annotations
 
-from bench.common import markdown_table, save, time_per_call
+from bench.common import graph_time_per_call, markdown_table, save, time_per_call
 
 B, T, H, D = 2, 512, 8, 64
 LAYER_IDX, NUM_LAYERS = 2, 8
@@ -99,16 +99,7 @@ def _step(torch, fn, x, compiled=False):
 
 def _gpu_time(torch, step):
     """Seconds of GPU time per call: ``step`` captured in a CUDA graph."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return time_per_call(graph.replay, lambda _: torch.cuda.synchronize(), iters=50, reps=5)
+    return graph_time_per_call(torch, step, calls=1, iters=50)
 
 
 def _device_time(torch, step, n=20):
