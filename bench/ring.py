@@ -1,5 +1,6 @@
-"""Ring attention on several GPUs against one GPU: causal, zig-zag layout,
-bf16, T_local tokens per GPU (default 32k), forward+backward.
+"""Ring attention on several GPUs against one GPU: causal in the zig-zag
+layout, and full (no mask) in the contiguous one, bf16, T_local tokens per
+GPU (default 32k), forward+backward.
 
     torchrun --nproc-per-node 2 -m bench.ring          # or: python -m bench.ring (spawns one
                                                       # process per visible GPU)
@@ -18,6 +19,8 @@ import os
 import sys
 
 B, H, D = 1, 16, 128
+# mode: (causal, zigzag)
+MODES = {"causal zig-zag": (True, True), "full": (False, False)}
 
 
 def _bench(rank, n, t_local, iters=5):
@@ -48,34 +51,38 @@ def _bench(rank, n, t_local, iters=5):
         torch.cuda.synchronize()
         return start.elapsed_time(end) / iters / 1e3
 
-    local = [
-        torch_api.zigzag_reorder(x, n).narrow(1, rank * t_local, t_local).contiguous() for x in (q, k, v, do)
-    ]
-    leaves = [x.requires_grad_(True) for x in local[:3]]
+    results = []
+    for mode, (causal, zigzag) in MODES.items():
+        lay = (lambda x: torch_api.zigzag_reorder(x, n)) if zigzag else (lambda x: x)
+        local = [lay(x).narrow(1, rank * t_local, t_local).contiguous() for x in (q, k, v, do)]
+        leaves = [x.requires_grad_(True) for x in local[:3]]
 
-    def ring_step():
-        out = torch_api.ring_attention(*leaves, causal=True, zigzag=True)
-        torch.autograd.grad(out, leaves, local[3])
+        def ring_step(leaves=leaves, local=local, causal=causal, zigzag=zigzag):
+            out = torch_api.ring_attention(*leaves, causal=causal, zigzag=zigzag)
+            torch.autograd.grad(out, leaves, local[3])
 
-    t_ring = timed(ring_step)
-    flops = 4 * B * H * T * T * D * 0.5 * 3.5
-    result = {"n_gpus": n, "T_local": t_local, "T_total": T, "ring_ms": t_ring * 1e3}
+        t_ring = timed(ring_step)
+        flops = 4 * B * H * T * T * D * (0.5 if causal else 1.0) * 3.5
+        result = {"mode": mode, "n_gpus": n, "T_local": t_local, "T_total": T, "ring_ms": t_ring * 1e3}
+        if rank == 0:
+            full = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+
+            def single(full=full, causal=causal):
+                out = torch_api.flash_attention(*full, causal=causal)
+                torch.autograd.grad(out, full, do)
+
+            t_one = timed_local(single, iters)
+            result.update(
+                one_gpu_ms_same_total=t_one * 1e3,
+                ring_TFLOPs_total=flops / t_ring / 1e12,
+                one_gpu_TFLOPs=flops / t_one / 1e12,
+                fraction_of_ideal=(t_one / n) / t_ring,
+            )
+            print(result, flush=True)
+            results.append(result)
+        dist.barrier()
     if rank == 0:
-        full = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
-
-        def single():
-            out = torch_api.flash_attention(*full, causal=True)
-            torch.autograd.grad(out, full, do)
-
-        t_one = timed_local(single, iters)
-        result.update(
-            one_gpu_ms_same_total=t_one * 1e3,
-            ring_TFLOPs_total=flops / t_ring / 1e12,
-            one_gpu_TFLOPs=flops / t_one / 1e12,
-            fraction_of_ideal=(t_one / n) / t_ring,
-        )
-        print(result)
-        save("ring", [result], {"device": torch.cuda.get_device_name(), "B": B, "H": H, "D": D})
+        save("ring", results, {"device": torch.cuda.get_device_name(), "B": B, "H": H, "D": D})
     dist.barrier()
     dist.destroy_process_group()
 
@@ -96,7 +103,7 @@ def timed_local(fn, iters):
 
 
 def bench_jax(t_local, iters=5):
-    """The JAX ring over every visible GPU (zig-zag, causal, forward+backward)
+    """The JAX ring over every visible GPU (each of ``MODES``, forward+backward)
     against ``flash_attention`` on one GPU with the whole sequence.
 
     ``ring``: ``ring_attention`` under ``shard_map`` on inputs already in the
@@ -129,34 +136,42 @@ def bench_jax(t_local, iters=5):
 
         return jax.jit(fwd_bwd)
 
-    def body(a, b, c):
-        return jax_api.ring_attention(a, b, c, causal=True, zigzag=True, axis_name="sp")
-
-    ring = grads(jax.shard_map(body, mesh=mesh, in_specs=(seq,) * 3, out_specs=seq, check_vma=False))
-    laid = [jax.device_put(jax_api.zigzag_reorder(x, n), NamedSharding(mesh, seq)) for x in (q, k, v, do)]
-    ring_mesh = grads(
-        lambda a, b, c: jax_api.ring_attention_mesh(mesh, "sp", a, b, c, causal=True, zigzag=True)
-    )
-    single = grads(lambda a, b, c: jax_api.flash_attention(a, b, c, causal=True))
     sync = jax.block_until_ready
-    t_ring = time_per_call(lambda: ring(*laid), sync, iters=iters, reps=3, warmup=2)
-    t_mesh = time_per_call(lambda: ring_mesh(q, k, v, do), sync, iters=iters, reps=3, warmup=2)
     one = [jax.device_put(x, devices[0]) for x in (q, k, v, do)]
-    t_one = time_per_call(lambda: single(*one), sync, iters=iters, reps=3, warmup=2)
-    result = {
-        "impl": "jax",
-        "n_gpus": n,
-        "T_local": t_local,
-        "T_total": T,
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-        "ring_ms": t_ring * 1e3,
-        "ring_mesh_ms": t_mesh * 1e3,
-        "one_gpu_ms_same_total": t_one * 1e3,
-        "fraction_of_ideal": (t_one / n) / t_ring,
-        "fraction_of_ideal_mesh": (t_one / n) / t_mesh,
-    }
-    print(result)
-    save("ring_jax", [result], {"device": str(devices[0].device_kind), "B": B, "H": H, "D": D})
+    results = []
+    for mode, (causal, zigzag) in MODES.items():
+
+        def body(a, b, c, causal=causal, zigzag=zigzag):
+            return jax_api.ring_attention(a, b, c, causal=causal, zigzag=zigzag, axis_name="sp")
+
+        ring = grads(jax.shard_map(body, mesh=mesh, in_specs=(seq,) * 3, out_specs=seq, check_vma=False))
+        lay = (lambda x: jax_api.zigzag_reorder(x, n)) if zigzag else (lambda x: x)
+        laid = [jax.device_put(lay(x), NamedSharding(mesh, seq)) for x in (q, k, v, do)]
+        ring_mesh = grads(
+            lambda a, b, c, causal=causal, zigzag=zigzag: jax_api.ring_attention_mesh(
+                mesh, "sp", a, b, c, causal=causal, zigzag=zigzag
+            )
+        )
+        single = grads(lambda a, b, c, causal=causal: jax_api.flash_attention(a, b, c, causal=causal))
+        t_ring = time_per_call(lambda f=ring, a=laid: f(*a), sync, iters=iters, reps=3, warmup=2)
+        t_mesh = time_per_call(lambda f=ring_mesh: f(q, k, v, do), sync, iters=iters, reps=3, warmup=2)
+        t_one = time_per_call(lambda f=single: f(*one), sync, iters=iters, reps=3, warmup=2)
+        result = {
+            "impl": "jax",
+            "mode": mode,
+            "n_gpus": n,
+            "T_local": t_local,
+            "T_total": T,
+            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+            "ring_ms": t_ring * 1e3,
+            "ring_mesh_ms": t_mesh * 1e3,
+            "one_gpu_ms_same_total": t_one * 1e3,
+            "fraction_of_ideal": (t_one / n) / t_ring,
+            "fraction_of_ideal_mesh": (t_one / n) / t_mesh,
+        }
+        print(result, flush=True)
+        results.append(result)
+    save("ring_jax", results, {"device": str(devices[0].device_kind), "B": B, "H": H, "D": D})
 
 
 def _spawned(rank, n, t_local, port):
