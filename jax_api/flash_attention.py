@@ -32,6 +32,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
 from core_triton.attention import packed, softmax_parts
+from core_triton.common.launch import run_named
 from jax_api._fold import foldable, side_by_side, unfold
 from jax_api._launch import info, launch
 
@@ -324,8 +325,7 @@ def flash_attention(
         # traced), never differentiated; only those the plans read.
         cu = jnp.asarray(cu_seqlens)
         cu_k = cu if cu_seqlens_k is None else jnp.asarray(cu_seqlens_k)
-        for plan in launches:
-            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
+        made = run_named(launches, {"cu_q": cu, "cu_k": cu_k}, launch)
         made = {n: a for n, a in made.items() if index.get(n) is not None}
         given.update((n, made.pop(n, None)) for n in given)
     idx = index_inputs(plans, *given.values(), (query.shape[1], key.shape[1]))

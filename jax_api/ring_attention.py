@@ -22,8 +22,8 @@ from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
-from core_triton.attention.flash import window_pair
 from core_triton.common.checks import check_bool
+from core_triton.common.launch import run_named
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
@@ -91,7 +91,7 @@ def ring_attention(
         "kv_positions": kv_positions,
     }
     index, launches = core.packed(info(query), n, info(cu_seqlens), {x: info(a) for x, a in given.items()})
-    plans, return_lse = core.plans(
+    plans, return_lse, schedule = core.plans(
         info(query),
         info(key),
         info(value),
@@ -120,9 +120,7 @@ def ring_attention(
     if launches:
         # Packed input: the global segment ids, then this device's tokens.
         cu = jnp.asarray(cu_seqlens)
-        made = {}
-        for plan in launches:
-            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu}), strict=True))
+        made = run_named(launches, {"cu_q": cu, "cu_k": cu}, launch)
         local = mine()
         q_segment_ids, kv_segment_ids = (
             jnp.take(made[x], local, axis=1) for x in ("q_segment_ids", "kv_segment_ids")
@@ -144,16 +142,6 @@ def ring_attention(
             return tree
         perm = [(i, (i + places) % n) for i in range(n)]
         return jax.tree.map(lambda a: lax.ppermute(a, axis_name, perm), tree)
-
-    window = window_pair(sliding_window)
-    schedule = core.RingSchedule(
-        n,
-        t_local,
-        bool(zigzag),
-        bool(causal),
-        q_positions is not None or kv_positions is not None,
-        None if window is None else tuple(window),
-    )
 
     def unless_masked(masked, run, skip, *carry):
         """``run(*carry)``, or ``skip(*carry)`` where the mask removes the

@@ -15,6 +15,7 @@ import torch
 from core_triton.attention import flash as core
 from core_triton.attention import packed, softmax_parts
 from core_triton.common.checks import check_bool
+from core_triton.common.launch import run_named
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 
@@ -104,8 +105,8 @@ def _prepare(a):
     if ids:
         cu = a["cu_seqlens"].detach()
         cu_k = cu if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
-        for plan in ids:
-            inputs.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu_k}), strict=True))
+        made = run_named(ids, {"cu_q": cu, "cu_k": cu_k}, launch)
+        inputs.update((n, made[n]) for plan in ids for n in plan.output_names)
     if a["softmax_aux"] is not None:
         inputs["softmax_aux"] = a["softmax_aux"].contiguous()
     if a["bias"] is not None:

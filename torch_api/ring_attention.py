@@ -18,6 +18,7 @@ from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
 from core_triton.attention.flash import window_pair
 from core_triton.common.checks import check_bool
+from core_triton.common.launch import run_named
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 from torch_api.flash_attention import PARAMS as FLASH_PARAMS
@@ -108,15 +109,17 @@ def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, pla
     dkdv_plan, dq_plan = plans.grads(info(dout))
     kv = {"k": k, "v": v, **moving}
     dq = None
+    steps = schedule.steps(ring.rank)
     # The bias gradient, only when asked for: one bias-sized array that
     # each step fills at its shard's columns (every column at most once;
-    # those of steps the mask removes, or the walk does not reach, stay 0).
+    # those of steps the mask removes, or the walk does not reach, are 0).
     db = None
     if need_db:
-        db = torch.zeros(bias.shape, dtype=bias.dtype, device=bias.device)
+        gaps = len(steps) < ring.n or any(s.masked_out for s in steps)
+        db = (torch.zeros if gaps else torch.empty)(bias.shape, dtype=bias.dtype, device=bias.device)
         dbias_plan = plans.dbias(info(dout))
     acc, acc_reqs = None, []
-    for step in schedule.steps(ring.rank):
+    for step in steps:
         nxt, reqs = ring.start(kv) if not step.last else (None, [])
         grads = None
         if not step.masked_out:
@@ -165,12 +168,13 @@ _INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 
 
 def _plans(a, info_of, n):
-    """``(plans, launches)``: one ring step's plans and, for packed input,
-    the launches that make the global segment ids (core.packed)."""
+    """``(plans, schedule, launches)``: one ring step's plans, the ring's
+    schedule and, for packed input, the launches that make the global
+    segment ids (core.packed)."""
     index, launches = core.packed(
         info_of(a["query"]), n, info_of(a["cu_seqlens"]), {x: info_of(a[x]) for x in _INDEX}
     )
-    plans, _ = core.plans(
+    plans, _, schedule = core.plans(
         info_of(a["query"]),
         info_of(a["key"]),
         info_of(a["value"]),
@@ -187,7 +191,7 @@ def _plans(a, info_of, n):
         index["q_positions"],
         index["kv_positions"],
     )
-    return plans, launches
+    return plans, schedule, launches
 
 
 def _group(name):
@@ -203,34 +207,30 @@ def _prepare(a):
         a[name] = contig(a[name])
     if a["softmax_aux"] is not None:
         a["softmax_aux"] = a["softmax_aux"].contiguous()
-    plans, launches = _plans(a, info, ring.n)
+    plans, schedule, launches = _plans(a, info, ring.n)
     query, zigzag = a["query"], a["zigzag"]
     t_local, n = query.shape[1], ring.n
+
+    def mine():
+        """This rank's global token indices (its layout's order)."""
+        return _layout(n, n * t_local, zigzag, query.device)[0][
+            ring.rank * t_local : (ring.rank + 1) * t_local
+        ]
+
     if launches:
         # Packed input: the global segment ids, then this rank's tokens.
         cu = a["cu_seqlens"].detach()
-        made = {}
-        for plan in launches:
-            made.update(zip(plan.output_names, launch(plan, {"cu_q": cu, "cu_k": cu}), strict=True))
-        order, _ = _layout(n, n * t_local, zigzag, query.device)
-        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
+        made = run_named(launches, {"cu_q": cu, "cu_k": cu}, launch)
         for name in ("q_segment_ids", "kv_segment_ids"):
-            a[name] = made[name].index_select(1, mine)
+            a[name] = made[name].index_select(1, mine())
     fixed, moving = {}, {}
     qs = a["q_segment_ids"] if a["q_segment_ids"] is not None else a["kv_segment_ids"]
     ks = a["kv_segment_ids"] if a["kv_segment_ids"] is not None else a["q_segment_ids"]
     if qs is not None:
         fixed["q_segment_ids"], moving["kv_segment_ids"] = qs, ks
-    explicit = a["q_positions"] is not None or a["kv_positions"] is not None
-    if explicit:
-        order, _ = _layout(n, n * t_local, zigzag, query.device)
-        mine = order[ring.rank * t_local : (ring.rank + 1) * t_local]
-        fixed["q_positions"] = a["q_positions"] if a["q_positions"] is not None else mine
-        moving["kv_positions"] = a["kv_positions"] if a["kv_positions"] is not None else mine
-    window = a["sliding_window"]  # flash's [left, right] pair (window_pair) or None
-    schedule = core.RingSchedule(
-        n, t_local, zigzag, a["causal"], explicit, None if window is None else tuple(window)
-    )  # fmt: skip
+    if a["q_positions"] is not None or a["kv_positions"] is not None:
+        fixed["q_positions"] = a["q_positions"] if a["q_positions"] is not None else mine()
+        moving["kv_positions"] = a["kv_positions"] if a["kv_positions"] is not None else mine()
     return a, plans, ring, schedule, fixed, moving
 
 

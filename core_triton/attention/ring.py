@@ -183,11 +183,14 @@ def plans(
     q_positions: TensorInfo | None = None,
     kv_positions: TensorInfo | None = None,
     return_lse=False,
-) -> tuple[fa.AttentionPlans, bool]:
+) -> tuple[fa.AttentionPlans, bool, RingSchedule]:
     """Check the arguments (local shards; ``bias [B|1, HQ|1, T_local,
-    n*T_local]``) and plan one ring step.  The plans' forward takes no
-    sinks (the bindings add them once after the merge) and gives float32
-    partial outputs; the backward gives float32 gradients."""
+    n*T_local]``) and plan one ring step: ``(plans, return_lse,
+    schedule)``.  The plans' forward takes no sinks (the bindings add them
+    once after the merge) and gives float32 partial outputs; the backward
+    gives float32 gradients; ``schedule`` is the :class:`RingSchedule` of
+    these options (causal, window, explicit positions) that both bindings
+    walk."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"the ring size must be a positive int, got {n!r}")
     t_local = query.shape[1] if query.ndim == 4 else 0
@@ -247,7 +250,8 @@ def plans(
         out_dtype="float32",
         grad_dtype="float32",
     )
-    return step, return_lse
+    schedule = RingSchedule(n, t_local, zigzag, opts.causal, opts.positions == "explicit", opts.window)
+    return step, return_lse, schedule
 
 
 def packed(

@@ -96,3 +96,21 @@ def test_masked_out_with_a_traced_rank():
         ints = [s.masked_out for s in sched.steps(rank)]
         arrays = [s.masked_out for s in sched.steps(np.int32(rank))]
         assert [bool(a) for a in arrays] == ints
+
+
+def test_plans_give_the_schedule_of_their_options():
+    # The planner's schedule reads the validated options: a list window is
+    # the pair, a one-sided window's open side unbounded, explicit positions
+    # known from the position arrays.
+    from core_triton.attention import ring
+    from core_triton.common.launch import TensorInfo
+
+    q = TensorInfo((1, 8, 2, 16), "float32", (256, 32, 16, 1))
+    pos = TensorInfo((1, 8), "int32", (8, 1))
+    assert ring.plans(q, q, q, 4, False, sliding_window=[8, 0], causal=True)[2] == RingSchedule(
+        4, 8, False, causal=True, window=(8, 0)
+    )
+    sched = ring.plans(q, q, q, 4, True, sliding_window=(3, None), q_positions=pos)[2]
+    assert sched.zigzag and sched.explicit_positions and not sched.causal
+    assert sched.window[0] == 3 and sched.window[1] > 10**6
+    assert ring.plans(q, q, q, 4, False)[2] == RingSchedule(4, 8, False)
