@@ -5,6 +5,7 @@ from jax_api.chunk_linear_attn import chunk_linear_attn
 from jax_api.chunk_local_cumsum import chunk_local_cumsum
 from jax_api.decode_attention import decode_attention
 from jax_api.flash_attention import flash_attention
+from jax_api.gated_delta_rule import gated_delta_rule
 from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
 from jax_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
@@ -31,6 +32,7 @@ __all__ = [
     "chunk_local_cumsum",
     "decode_attention",
     "flash_attention",
+    "gated_delta_rule",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",

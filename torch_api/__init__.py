@@ -5,6 +5,7 @@ from torch_api.chunk_linear_attn import chunk_linear_attn
 from torch_api.chunk_local_cumsum import chunk_local_cumsum
 from torch_api.decode_attention import decode_attention
 from torch_api.flash_attention import flash_attention
+from torch_api.gated_delta_rule import gated_delta_rule
 from torch_api.lightning_attn import lightning_attn
 from torch_api.recurrent import recurrent
 from torch_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
@@ -30,6 +31,7 @@ __all__ = [
     "chunk_local_cumsum",
     "decode_attention",
     "flash_attention",
+    "gated_delta_rule",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",

@@ -1,0 +1,299 @@
+"""``gated_delta_rule(mode="chunk")``: the launches, chunk-parallel.
+
+Forward (chunks of ``CHUNK`` tokens that start at each sequence's first
+token):
+
+1. ``gc``: the in-chunk cumsum of ``g`` / ``gk`` (the cumsum kernel,
+   float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
+2. ``aqk``, ``gkk``, ``tinv``, ``w``, ``uv``: per-chunk quantities
+   (chunk_intra.py);
+3. ``h``, ``u``, ``final``: the state entering each chunk and the chunks'
+   delta updates (chunk_fwd_state.py);
+4. ``o`` (chunk_fwd_output.py).
+
+Backward (from ``do`` and ``dht``): steps 1-3 again (only ``gc`` is kept
+from the forward), then
+
+5. ``dh``, ``du``, ``d_initial_state`` (chunk_bwd_state.py);
+6. ``d_value``, beta's partial gradients and the ``[BT, BT]`` / extra terms
+   of the query and key gradients (chunk_bwd_dv.py);
+7. the query/key parts and the log-decay gradient ``db`` (chunk_bwd_dqk.py);
+8. fixed-order sums of the parts (common/reductions.py), the reverse
+   in-chunk cumsum of ``db`` into the gate's gradient, and the
+   normalisation's backward.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core_triton.common import reductions
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import is_interpreted
+from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
+from core_triton.cumsum import plan as cumsum_plan
+from core_triton.delta_rule import steps
+from core_triton.delta_rule.args import NO_GATE, SCALAR_GATE, VECTOR_GATE, DeltaRuleArgs
+from core_triton.delta_rule.chunk_bwd_dqk import delta_chunk_bwd_dqk_kernel
+from core_triton.delta_rule.chunk_bwd_dv import delta_chunk_bwd_dv_kernel
+from core_triton.delta_rule.chunk_bwd_state import delta_chunk_state_bwd_kernel
+from core_triton.delta_rule.chunk_fwd_output import delta_chunk_output_kernel
+from core_triton.delta_rule.chunk_fwd_state import delta_chunk_state_kernel
+from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
+
+# Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
+# needs 16).  Tests may set CHUNK to 16 or 32 (more chunks in short inputs).
+CHUNK = 64
+BLOCK = 16
+
+# Tile sizes and launch options per kernel (keys: the names below); tests
+# and benchmarks may override them.
+TILE_OVERRIDES: dict[str, dict] = {}
+
+
+def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
+    kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
+    big = kp > 128
+    t = {
+        "intra": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        # The state passes hold all of K (the update needs every row).
+        "state": dict(BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2),
+        "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "state_bwd": dict(
+            BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2
+        ),
+        "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=2),
+    }[kernel]
+    if interpreted:
+        # Tiles of 32 still cross tile edges at the tests' head dims.
+        t.update(
+            BK=min(t["BK"], 32 if kernel in ("intra", "output", "bwd_dv") else t["BK"]), BV=min(t["BV"], 32)
+        )
+    return {**t, **TILE_OVERRIDES.get(kernel, {})}
+
+
+def _info(shape, dtype) -> TensorInfo:
+    return TensorInfo(tuple(shape), dtype, contiguous_strides(shape))
+
+
+def _renamed(plan: LaunchPlan, inputs: dict[str, str], outputs: tuple[str, ...]) -> LaunchPlan:
+    params = tuple(In(inputs.get(p.name, p.name)) if isinstance(p, In) else p for p in plan.params)
+    return dataclasses.replace(plan, params=params, output_names=outputs)
+
+
+def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
+    """(forward, backward, offsets, residuals) of a chunk call; ``dtypes``:
+    the dtype name of ``beta`` and of each optional input given."""
+    B, T, HK, HV, K, V, N, G = a.B, a.T, a.HK, a.HV, a.K, a.V, a.N, a.G
+    BT = CHUNK
+    NT = cdiv(T, BT)
+    # Chunk slots per batch row: packed input gets an upper bound known from
+    # shapes alone, so traced cu_seqlens work under jax.jit.
+    NS = NT + N if a.packed else B * NT
+    n_iter = max(N, 1).bit_length() + 1
+    rows = B * T
+    ieee = a.dtype == "float32"
+    interpreted = is_interpreted(delta_chunk_intra_kernel)
+    empty = rows == 0
+    token_fill = 0.0 if a.packed else None
+    gate = {SCALAR_GATE: "g", VECTOR_GATE: "gk"}.get(a.gate)
+    use_h0 = "initial_state" in dtypes
+    q, k = steps.query_key_names(a)
+
+    def optional(name, present):
+        return In(name) if present else In("value")  # an absent pointer: a dummy and a flag
+
+    gc = optional("gc", gate is not None)
+    cu = optional("cu_seqlens", a.packed)
+    co = optional("chunk_offsets", a.packed)
+    flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
+    slot_sizes = (T, N, n_iter, NT, NS)
+    per_chunk = OutputSpec((B, T, HV, BT), "float32")
+
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=()):
+        t = _tiles(name, K, V, interpreted)
+        warps, stages = t.pop("num_warps"), t.pop("num_stages")
+        for key in drop:
+            t.pop(key)
+        return LaunchPlan(
+            kernel=kernel,
+            grid=(0,) * len(grid(t)) if empty else grid(t),
+            params=params,
+            outputs=outputs,
+            output_names=output_names,
+            constexprs={**constexprs, **t},
+            num_warps=warps,
+            num_stages=stages,
+        )
+
+    pre = []
+    if gate is not None:
+        shape = (B, T, HV) if a.gate == SCALAR_GATE else (B, T, HV, K)
+        cum = cumsum_plan.make_plans(
+            _info(shape, dtypes[gate]),
+            _info((N + 1,), "int32") if a.packed else None,
+            chunk=BT,
+            reverse=False,
+            scale=None,
+            head_first=False,
+            out_dtype="float32",
+        )
+        pre += [_renamed(p, {"x": gate}, ("gc",)) for p in cum.forward]
+    normalize = steps.normalize(a)
+    intra = tiled(
+        "intra",
+        delta_chunk_intra_kernel,
+        lambda t: (NS, B * HV),
+        params=(In(q), In(k), In("value"), In("beta"), gc, cu, co, *slot_sizes),
+        outputs=(
+            per_chunk,
+            per_chunk,
+            per_chunk,
+            OutputSpec((B, T, HV, K), "float32"),
+            OutputSpec((B, T, HV, V), "float32"),
+        ),
+        output_names=("aqk", "gkk", "tinv", "w", "uv"),
+        constexprs=dict(flags, BC=BLOCK),
+    )
+    state = tiled(
+        "state",
+        delta_chunk_state_kernel,
+        lambda t: (cdiv(V, t["BV"]), N * HV),
+        params=(In(k), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, T, NT, NS),
+        outputs=(
+            OutputSpec((max(NS, 1), HV, K, V), "float32"),
+            OutputSpec((B, T, HV, V), "float32"),
+            OutputSpec((N, HV, K, V), "float32"),
+        ),
+        output_names=("h", "u", "final"),
+        constexprs=dict(flags, USE_H0=use_h0),
+    )
+    output = tiled(
+        "output",
+        delta_chunk_output_kernel,
+        lambda t: (cdiv(V, t["BV"]), NS, B * HV),
+        params=(In(q), gc, In("h"), In("aqk"), In("u"), cu, co, a.scale, *slot_sizes),
+        outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill),),
+        output_names=("o",),
+        constexprs=flags,
+    )
+    forward = (*pre, *normalize, intra, state, output)
+
+    bwd_t = _tiles("bwd_dv", K, V, interpreted)
+    NK = cdiv(K, bwd_t["BK"])
+    state_bwd = tiled(
+        "state_bwd",
+        delta_chunk_state_bwd_kernel,
+        lambda t: (cdiv(V, t["BV"]), N * HV),
+        params=(In(q), In(k), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
+        outputs=(
+            OutputSpec((max(NS, 1), HV, K, V), "float32"),
+            OutputSpec((B, T, HV, V), "float32"),
+            OutputSpec((N, HV, K, V), dtypes["initial_state"]) if use_h0 else OutputSpec((1,), "float32"),
+        ),
+        output_names=("dh", "du", "d_initial_state"),
+        constexprs=dict(flags, USE_H0=use_h0),
+    )
+    dblast_spec = {
+        NO_GATE: OutputSpec((1,), "float32"),
+        SCALAR_GATE: OutputSpec((NK, max(NS, 1), HV), "float32"),
+        VECTOR_GATE: OutputSpec((max(NS, 1), HV, K), "float32"),
+    }[a.gate]
+    extra = OutputSpec((B, T, HV, K), "float32")
+    bwd_dv = tiled(
+        "bwd_dv",
+        delta_chunk_bwd_dv_kernel,
+        lambda t: (NK, NS, B * HV),
+        params=(
+            In(k),
+            In("value"),
+            In("beta"),
+            gc,
+            In("tinv"),
+            In("gkk"),
+            In("h"),
+            In("u"),
+            In("do"),
+            In("dh"),
+            In("du"),
+            cu,
+            co,
+            a.scale,
+            *slot_sizes,
+            rows,
+        ),  # fmt: skip
+        outputs=(
+            OutputSpec((B, T, HV, V), a.dtype, token_fill),
+            OutputSpec((NK, rows, HV), "float32", token_fill),
+            per_chunk,
+            per_chunk,
+            extra,
+            extra,
+            extra,
+            dblast_spec,
+        ),
+        output_names=("d_value", "dbeta_parts", "dp", "dg", "dq_extra", "dkp_extra", "dkm_extra", "dblast"),
+        constexprs=flags,
+    )
+    db_spec = {
+        NO_GATE: OutputSpec((1,), "float32"),
+        SCALAR_GATE: OutputSpec((NK, rows, HV), "float32", token_fill),
+        VECTOR_GATE: OutputSpec((B, T, HV, K), "float32", token_fill),
+    }[a.gate]
+    bwd_dqk = tiled(
+        "bwd_dv",
+        delta_chunk_bwd_dqk_kernel,
+        lambda t: (NK, NS, B * HV),
+        params=(
+            In(q),
+            In(k),
+            gc,
+            In("dp"),
+            In("dg"),
+            In("dq_extra"),
+            In("dkp_extra"),
+            In("dkm_extra"),
+            optional("dblast", a.gate != NO_GATE),
+            cu,
+            co,
+            *slot_sizes,
+            rows,
+        ),  # fmt: skip
+        outputs=(
+            OutputSpec((G, rows, HK, K), "float32", token_fill),
+            OutputSpec((G, rows, HK, K), "float32", token_fill),
+            db_spec,
+        ),
+        output_names=("dq_parts", "dk_parts", "db_parts"),
+        constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee),
+        drop=("BV",),
+    )
+    backward = [
+        *normalize,
+        intra,
+        state,
+        state_bwd,
+        bwd_dv,
+        bwd_dqk,
+    ]
+    backward += steps.gradient_sums(a, G, NK, dtypes["beta"])
+    offsets = [("chunk_offsets", BT)] if a.packed else []
+    if gate is not None:
+        if a.gate == SCALAR_GATE:
+            backward.append(reductions.reduce_partials_plan("db_parts", NK, (B, T, HV), "float32", "db"))
+            shape = (B, T, HV)
+        else:
+            shape = (B, T, HV, K)
+        cum = cumsum_plan.make_plans(
+            _info(shape, "float32"),
+            _info((N + 1,), "int32") if a.packed else None,
+            chunk=BT,
+            reverse=True,
+            scale=None,
+            head_first=False,
+            out_dtype=dtypes[gate],
+        )
+        source = "db" if a.gate == SCALAR_GATE else "db_parts"
+        backward += [_renamed(p, {"x": source}, (f"d_{gate}",)) for p in cum.forward]
+    residuals = ("gc",) if gate is not None else ()
+    return tuple(forward), tuple(backward), tuple(offsets), residuals

@@ -1,0 +1,52 @@
+"""Device helpers of the chunk-parallel delta-rule kernels.
+
+Layouts (contiguous, time-first, rows of the flattened ``[B*T]`` axis):
+``q, k [B*T, HK, K]``, ``v [B*T, HV, V]``, ``beta [B*T, HV]``, ``gc [B*T,
+HV]`` (scalar gates) or ``[B*T, HV, K]`` (per-channel gates): the
+inclusive cumsum of the log decays inside each chunk (float32), so that
+``b[i] - b[j]`` is the log decay from token ``j`` to token ``i`` of a
+chunk.  Per-chunk matrices (``aqk``, ``gkk``, ``tinv``, and the backward's
+``dp``/``dg``) are ``[B*T, HV, BT]``: row ``i`` of a chunk holds its ``BT``
+columns ``j`` (chunk-local).  Chunks and their state slots are those of
+core_triton.common.sequences.
+
+Decays are only ever formed as ``exp(b[i] - b[j])`` with token ``j`` no
+later than token ``i`` (at most 1), never as ``exp(-b[j])``, which
+overflows for strong gates.  Per-channel gates cannot factor the pairwise
+product ``sum_k a_i[k] c_j[k] exp(b_i[k] - b_j[k])`` into one matrix
+product; blocks of ``BC`` rows do: for rows of block ``I`` and columns of
+an earlier block, through the log decay ``b_r`` of block ``I``'s first
+row, ``exp(b_i - b_r) * exp(b_r - b_j)`` (both at most 1); the diagonal
+blocks are summed column by column.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_tile(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
+    """``[len(o_t), len(o_d)]`` tile of ``p[row, i_h, d]`` (a ``[rows, H,
+    D]`` tensor), 0 where masked."""
+    return tl.load(p + (o_t[:, None] * H + i_h) * D + o_d[None, :], mask=m_t[:, None] & m_d[None, :], other=0)
+
+
+@triton.jit
+def rows_tile_t(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
+    """The same tile transposed, ``[len(o_d), len(o_t)]``, loaded as such
+    (no ``tl.trans`` of a product: see linear_attn/chunk_bwd_dqk.py)."""
+    return tl.load(p + (o_t[None, :] * H + i_h) * D + o_d[:, None], mask=m_d[:, None] & m_t[None, :], other=0)
+
+
+@triton.jit
+def unit_lower_inverse(L, BC: tl.constexpr):
+    """``(I + L)^-1`` of a strictly lower triangular ``[BC, BC]`` float32
+    tile, by forward substitution: row ``i`` of the inverse is ``e_i -
+    sum_j L[i, j] T[j, :]`` over the rows above it."""
+    r = tl.arange(0, BC)
+    inv = tl.where(r[:, None] == r[None, :], 1.0, 0.0)
+    for i in range(1, BC):
+        l_row = tl.sum(tl.where(r[:, None] == i, L, 0.0), axis=0)
+        new = tl.where(r == i, 1.0, 0.0) - tl.sum(l_row[:, None] * inv, axis=0)
+        inv = tl.where(r[:, None] == i, new[None, :], inv)
+    return inv

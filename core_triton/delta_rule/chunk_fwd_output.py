@@ -1,0 +1,91 @@
+"""Forward output of the chunk-parallel gated delta rule.
+
+One program per (V tile, chunk slot, batch row x value head):
+
+    o = scale * ((q * exp(b)) h[slot] + P U)
+
+with ``h[slot]`` the state entering the chunk and ``U`` its delta updates
+(chunk_fwd_state.py), ``P`` the decayed scores (chunk_intra.py).  Value head
+``h`` reads query head ``h // (HV // HK)``.  Output ``o [B*T, HV, V]`` in
+the inputs' dtype.
+"""
+
+import triton.language as tl
+
+from core_triton.common.kernel_helpers import dot
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import chunk_of_slot
+from core_triton.delta_rule.chunk_common import rows_tile
+
+
+@jit(sizes=("T", "N", "n_iter", "NT", "NS"))
+def delta_chunk_output_kernel(
+    q,
+    gc,
+    h,
+    aqk,
+    u,
+    cu_seqlens,
+    chunk_offsets,
+    scale,
+    T,
+    N,
+    n_iter,
+    NT,
+    NS,
+    o,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    GATE: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    i_v = tl.program_id(0)
+    i_s = tl.program_id(1)
+    i_bh = tl.program_id(2)
+    i_b = i_bh // HV
+    i_h = i_bh % HV
+    i_hk = i_h // (HV // HK)
+    _, _, _, ts, te, slot = chunk_of_slot(
+        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    )
+    if te <= ts:
+        return  # a spare slot of packed input
+    o_t = ts + tl.arange(0, BT)
+    m_t = o_t < te
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    h_base = h + (slot * HV + i_h) * K * V
+
+    acc = tl.zeros([BT, BV], dtype=tl.float32)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        if GATE == 2:
+            b_q = b_q * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
+        b_h = tl.load(
+            h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
+        )
+        acc += dot(b_q, b_h, PREC)
+    if GATE == 1:
+        acc = acc * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[:, None]
+    o_tt = tl.arange(0, BT)
+    b_p = tl.load(
+        aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :],
+        mask=m_t[:, None] & (o_tt[None, :] <= o_tt[:, None]),
+        other=0,
+    )
+    b_u = rows_tile(u, o_t, m_t, HV, i_h, V, o_v, m_v)
+    out = (acc + dot(b_p, b_u, PREC)) * scale
+    tl.store(
+        o + (o_t[:, None] * HV + i_h) * V + o_v[None, :],
+        out.to(o.dtype.element_ty),
+        mask=m_t[:, None] & m_v[None, :],
+    )

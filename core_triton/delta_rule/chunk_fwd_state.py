@@ -1,0 +1,93 @@
+"""Forward inter-chunk state pass of the chunk-parallel gated delta rule.
+
+One program per (V tile, sequence x value head) walks its sequence's
+chunks in order, with the float32 state ``S [K, BV]`` (all of K):
+
+    h[slot(c)] = S                                  (state entering chunk c)
+    U = Uv - W S                                    (the chunk's delta updates)
+    S = exp(b_last) S + (k * exp(b_last - b))^T U   (b_last: the chunk's last token)
+
+Inputs: ``k [B*T, HK, K]``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
+``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``.  Outputs:
+``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` and ``final [N, HV, K, V]``,
+float32.  The backward runs it again rather than keep ``h`` and ``u``.
+"""
+
+import triton.language as tl
+
+from core_triton.common.kernel_helpers import dot
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_chunks
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
+
+
+@jit(sizes=("T", "NT", "NS"))
+def delta_chunk_state_kernel(
+    k,
+    w,
+    uv,
+    gc,
+    h0,
+    cu_seqlens,
+    chunk_offsets,
+    T,
+    NT,
+    NS,
+    h,
+    u,
+    final,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    GATE: tl.constexpr,
+    USE_H0: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n = i_nh // HV
+    i_h = i_nh % HV
+    i_hk = i_h // (HV // HK)
+    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    n_chunks = n_chunks.to(tl.int32)
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    state_row = i_nh.to(tl.int64) * K * V
+
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        S += tl.load(h0 + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
+    for c in range(0, n_chunks):
+        ts = bos + c * BT
+        te = tl.minimum(ts + BT, eos)
+        tl.store(h + ((slot0 + c) * HV + i_h) * K * V + off_kv, S, mask=m_kv)
+        o_t = ts + tl.arange(0, BT)
+        m_t = o_t < te
+        b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
+        b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v) - dot(b_w, S, PREC)
+        tl.store(u + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_u, mask=m_t[:, None] & m_v[None, :])
+        b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        last = te - 1
+        if GATE == 1:
+            b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
+            g_last = tl.load(gc + last * HV + i_h)
+            b_kt = b_kt * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[None, :]
+            S = S * tl.exp(g_last)
+        if GATE == 2:
+            b_gt = rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
+            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
+            b_kt = b_kt * tl.exp(tl.where(m_t[None, :], g_last[:, None] - b_gt, float("-inf")))
+            S = S * tl.exp(g_last)[:, None]
+        S += dot(b_kt, b_u, PREC)
+    tl.store(final + state_row + off_kv, S, mask=m_kv)

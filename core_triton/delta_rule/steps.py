@@ -1,0 +1,44 @@
+"""Launches that both modes of ``gated_delta_rule`` run: the L2
+normalisation of query and key (and its backward), and the fixed-order sums
+of the partial query, key and beta gradients."""
+
+from __future__ import annotations
+
+from core_triton.common import reductions
+from core_triton.common.launch import LaunchPlan
+from core_triton.delta_rule import l2norm
+from core_triton.delta_rule.args import DeltaRuleArgs
+
+
+def normalize(a: DeltaRuleArgs) -> list[LaunchPlan]:
+    """``qn``, ``kn``: query and key L2-normalised over K (none without
+    ``use_qk_l2norm``)."""
+    if not a.l2norm:
+        return []
+    shape = (a.B, a.T, a.HK, a.K)
+    return [l2norm.forward_plan(n, shape, a.dtype, out) for n, out in (("query", "qn"), ("key", "kn"))]
+
+
+def query_key_names(a: DeltaRuleArgs) -> tuple[str, str]:
+    """The names under which the kernels read query and key."""
+    return ("qn", "kn") if a.l2norm else ("query", "key")
+
+
+def gradient_sums(a: DeltaRuleArgs, qk_parts: int, beta_parts: int, beta_dtype: str) -> list[LaunchPlan]:
+    """``d_query``, ``d_key``, ``d_beta`` from ``dq_parts``, ``dk_parts``
+    (``[qk_parts, B, T, HK, K]`` float32) and ``dbeta_parts`` (``[beta_parts,
+    B, T, HV]``), through the normalisation's backward when there is one."""
+    shape = (a.B, a.T, a.HK, a.K)
+    dq, dk = ("dqn", "dkn") if a.l2norm else ("d_query", "d_key")
+    dtype = "float32" if a.l2norm else a.dtype
+    steps = [
+        reductions.reduce_partials_plan("dq_parts", qk_parts, shape, dtype, dq),
+        reductions.reduce_partials_plan("dk_parts", qk_parts, shape, dtype, dk),
+        reductions.reduce_partials_plan("dbeta_parts", beta_parts, (a.B, a.T, a.HV), beta_dtype, "d_beta"),
+    ]
+    if a.l2norm:
+        steps += [
+            l2norm.backward_plan(src, grad, shape, a.dtype, out)
+            for src, grad, out in (("query", dq, "d_query"), ("key", dk, "d_key"))
+        ]
+    return steps
