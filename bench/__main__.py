@@ -22,7 +22,7 @@ def main(argv):
 
     if not torch.cuda.is_available():
         sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
-    from bench import attention, cumsum, decode, first_call, latency, linear_attention, varlen
+    from bench import attention, cumsum, decode, delta_rule, first_call, latency, linear_attention, varlen
 
     modules = {
         "cumsum": cumsum,
@@ -32,6 +32,7 @@ def main(argv):
         "first_call": first_call,
         "varlen": varlen,
         "decode": decode,
+        "delta_rule": delta_rule,
     }
     names = argv or list(modules)
     try:

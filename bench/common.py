@@ -71,3 +71,22 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     for r in rows:
         lines.append("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
     return "\n".join(lines)
+
+
+def timed(fn, sync, budget: float = 0.25) -> float:
+    """Median seconds per call: one warm-up call (compiles), then enough
+    back-to-back calls to fill ``budget`` seconds, three times."""
+    sync(fn())
+    start = time.perf_counter()
+    sync(fn())
+    once = time.perf_counter() - start
+    iters = max(1, min(50, int(budget / max(once, 1e-6))))
+    samples = []
+    for _ in range(3):
+        start = time.perf_counter()
+        out = None
+        for _ in range(iters):
+            out = fn()
+        sync(out)
+        samples.append((time.perf_counter() - start) / iters)
+    return statistics.median(samples)

@@ -11,10 +11,8 @@ Cases: ``recurrent`` with each gate type (fla: ``fused_recurrent``),
 from __future__ import annotations
 
 import os
-import statistics
-import time
 
-from bench.common import markdown_table, save
+from bench.common import markdown_table, save, timed
 
 SHAPES = [(4, 4096, 16, 128), (1, 32768, 16, 128)]
 SWEEP_T = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -25,25 +23,6 @@ CASES = (
     + [("sdpa", "-", s) for s in SHAPES]
 )
 LAYER_IDX, NUM_LAYERS = 3, 12
-
-
-def _timed(fn, sync, budget: float = 0.25) -> float:
-    """Median seconds per call: one warm-up call (compiles), then enough
-    back-to-back calls to fill ``budget`` seconds, three times."""
-    sync(fn())
-    start = time.perf_counter()
-    sync(fn())
-    once = time.perf_counter() - start
-    iters = max(1, min(50, int(budget / max(once, 1e-6))))
-    samples = []
-    for _ in range(3):
-        start = time.perf_counter()
-        out = None
-        for _ in range(iters):
-            out = fn()
-        sync(out)
-        samples.append((time.perf_counter() - start) / iters)
-    return statistics.median(samples)
 
 
 def _inputs(torch, gate, shape, seed=0):
@@ -170,7 +149,7 @@ def _measure(torch, jax, jnp, torch_api, jax_api, op, gate, shape, modes=("fwd",
                 continue
             row = {"op": op, "gate": gate, "shape": "x".join(map(str, shape)), "impl": name, "mode": mode}
             try:
-                row["ms"] = f"{_timed(call, sync) * 1e3:.3f}"
+                row["ms"] = f"{timed(call, sync) * 1e3:.3f}"
             except Exception as e:  # one refused baseline must not hide the rest
                 row["ms"] = f"error: {type(e).__name__}: {str(e)[:90]}"
             rows.append(row)

@@ -6,6 +6,7 @@ from jax_api.chunk_local_cumsum import chunk_local_cumsum
 from jax_api.decode_attention import decode_attention
 from jax_api.flash_attention import flash_attention
 from jax_api.gated_delta_rule import gated_delta_rule
+from jax_api.gated_delta_rule_step import gated_delta_rule_step
 from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
 from jax_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
@@ -33,6 +34,7 @@ __all__ = [
     "decode_attention",
     "flash_attention",
     "gated_delta_rule",
+    "gated_delta_rule_step",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",

@@ -136,6 +136,7 @@ def _triton_call(plan, names, arrays):
                 num_warps=plan.num_warps,
                 num_stages=plan.num_stages,
                 zeroed_outputs=zeroed,
+                input_output_aliases={names.index(n): i for i, n in plan.aliases},
                 **{out_kw: out_shapes},
                 **plan.constexprs,
             )

@@ -6,6 +6,7 @@ from torch_api.chunk_local_cumsum import chunk_local_cumsum
 from torch_api.decode_attention import decode_attention
 from torch_api.flash_attention import flash_attention
 from torch_api.gated_delta_rule import gated_delta_rule
+from torch_api.gated_delta_rule_step import gated_delta_rule_step
 from torch_api.lightning_attn import lightning_attn
 from torch_api.recurrent import recurrent
 from torch_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
@@ -32,6 +33,7 @@ __all__ = [
     "decode_attention",
     "flash_attention",
     "gated_delta_rule",
+    "gated_delta_rule_step",
     "identity_dtype_convert",
     "lightning_attn",
     "prepare_chunk_indices",

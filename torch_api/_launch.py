@@ -95,7 +95,11 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
         t = inputs[n]
         used[n] = t.contiguous() if t.dim() == 1 else t
     poison = poison_outputs()
-    outputs = [_allocate(spec, device, poison) for spec in plan.outputs]
+    outputs = (
+        [_allocate(spec, device, poison) for spec in plan.outputs]
+        if not plan.aliases
+        else _aliased(plan, used, device, poison)
+    )
     if device.type != "cuda":
         launch_direct(plan, used, outputs)
         return outputs
@@ -105,9 +109,19 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
             launch_direct(plan, used, outputs, stream)
     else:
         launch_direct(plan, used, outputs, stream)
-        if fast is None:
+        if fast is None and not plan.aliases:
             _remember(plan, used, outputs, device)
     return outputs
+
+
+def _aliased(plan: LaunchPlan, used: dict, device, poison: bool) -> list[torch.Tensor]:
+    """The outputs of a plan with aliases: each aliased output is its
+    input's tensor (updated in place), the others fresh."""
+    alias = dict(plan.aliases)
+    return [
+        used[alias[i]] if i in alias else _allocate(spec, device, poison)
+        for i, spec in enumerate(plan.outputs)
+    ]
 
 
 # ---- the eager fast path ------------------------------------------------------

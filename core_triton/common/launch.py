@@ -66,6 +66,12 @@ class LaunchPlan:
     # Names under which the outputs join the inputs of later launches of a
     # multi-launch op (see run_steps).
     output_names: tuple[str, ...] = ("out",)
+    # (output index, input name): that output is written into the input's
+    # own buffer (the kernel may read and write it; it must be the shape and
+    # dtype of the output).  PyTorch passes the input tensor as the output
+    # (an in-place update); JAX aliases the two (a new array, or the same
+    # buffer where the caller donates it).
+    aliases: tuple[tuple[int, str], ...] = ()
 
     def is_empty(self) -> bool:
         """True when a fixed grid has no program (zero-size tensors)."""

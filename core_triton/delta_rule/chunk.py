@@ -55,14 +55,14 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     big = kp > 128
     t = {
-        "intra": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "intra": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
         "state": dict(BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2),
         "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
         "state_bwd": dict(
             BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2
         ),
-        "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=2),
+        "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
