@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted
+from core_triton import NO_BACKEND_MESSAGE, In, LaunchPlan, TensorInfo, is_interpreted
 from core_triton.common.utils import contiguous_strides
 
 
@@ -136,13 +136,21 @@ def _triton_call(plan, names, arrays):
                 num_warps=plan.num_warps,
                 num_stages=plan.num_stages,
                 zeroed_outputs=zeroed,
-                input_output_aliases={names.index(n): i for i, n in plan.aliases},
+                input_output_aliases=_alias_indices(plan),
                 **{out_kw: out_shapes},
                 **plan.constexprs,
             )
         )
 
     return call(*arrays)
+
+
+def _alias_indices(plan: LaunchPlan) -> dict[int, int]:
+    """jax-triton's aliases: operand index -> output index.  Operands are the
+    plan's array parameters in order, repeats included (an absent input's
+    dummy pointer is the same array passed again)."""
+    arrays = [p.name for p in plan.params if isinstance(p, In)]
+    return {arrays.index(name): i for i, name in plan.aliases}
 
 
 def _to_torch(a: np.ndarray):

@@ -53,15 +53,15 @@ TILE_OVERRIDES: dict[str, dict] = {}
 
 def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
-    big = kp > 128
+    # Value tiles of 32: twice the programs of the sequential state passes at
+    # batch 1 (value heads x tiles against the SMs); shared memory (their
+    # loop loads W, Kd and Uv per chunk) sets the pipelining.
     t = {
         "intra": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
-        "state": dict(BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2),
+        "state": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 128 else 1),
         "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
-        "state_bwd": dict(
-            BK=kp, BV=min(vp, 32 if big else 64), num_warps=8 if kp >= 128 else 4, num_stages=2
-        ),
+        "state_bwd": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 64 else 1),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
     if interpreted:
@@ -151,15 +151,16 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             per_chunk,
             OutputSpec((B, T, HV, K), "float32"),
             OutputSpec((B, T, HV, V), "float32"),
+            OutputSpec((B, T, HV, K), "float32"),
         ),
-        output_names=("aqk", "gkk", "tinv", "w", "uv"),
+        output_names=("aqk", "gkk", "tinv", "w", "uv", "kd"),
         constexprs=dict(flags, BC=BLOCK),
     )
     state = tiled(
         "state",
         delta_chunk_state_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
-        params=(In(k), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, T, NT, NS),
+        params=(In("kd"), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, T, NT, NS),
         outputs=(
             OutputSpec((max(NS, 1), HV, K, V), "float32"),
             OutputSpec((B, T, HV, V), "float32"),
@@ -185,7 +186,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         "state_bwd",
         delta_chunk_state_bwd_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
-        params=(In(q), In(k), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
+        params=(In(q), In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
         outputs=(
             OutputSpec((max(NS, 1), HV, K, V), "float32"),
             OutputSpec((B, T, HV, V), "float32"),

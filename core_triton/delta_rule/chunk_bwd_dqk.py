@@ -132,16 +132,16 @@ def delta_chunk_bwd_dqk_kernel(
                             m_kj = o_k < tl.where(
                                 row_j < te, K, 0
                             )  # (a vector test: the interpreter refuses a scalar in a mask)
-                            b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(
+                            c_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(
                                 tl.float32
                             )
-                            b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
+                            c_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
                             seen = (o_c >= jj) & m_x
-                            e = tl.exp(tl.where(seen[:, None], b_bx - b_bj[None, :], float("-inf")))
+                            e = tl.exp(tl.where(seen[:, None], b_bx - c_bj[None, :], float("-inf")))
                             c_dp = tl.load(dp + (o_x * HV + i_h) * BT + J * BC + jj, mask=m_x, other=0)
                             c_dg = tl.load(dg + (o_x * HV + i_h) * BT + J * BC + jj, mask=m_x, other=0)
-                            acc_q += c_dp[:, None] * b_kj[None, :] * e
-                            acc_p += c_dg[:, None] * b_kj[None, :] * e
+                            acc_q += c_dp[:, None] * c_kj[None, :] * e
+                            acc_p += c_dg[:, None] * c_kj[None, :] * e
                 else:
                     b_kj = rows_tile(k, o_j, m_j, HK, i_hk, K, o_k, m_k)
                     keep = m_x[:, None] & m_j[None, :]
@@ -178,20 +178,20 @@ def delta_chunk_bwd_dqk_kernel(
                         for ii in range(0, BC):
                             row_i = ts + I * BC + ii
                             m_ki = o_k < tl.where(row_i < te, K, 0)
-                            b_qi = tl.load(q + (row_i * HK + i_hk) * K + o_k, mask=m_ki, other=0).to(
+                            c_qi = tl.load(q + (row_i * HK + i_hk) * K + o_k, mask=m_ki, other=0).to(
                                 tl.float32
                             )
-                            b_ki = tl.load(k + (row_i * HK + i_hk) * K + o_k, mask=m_ki, other=0).to(
+                            c_ki = tl.load(k + (row_i * HK + i_hk) * K + o_k, mask=m_ki, other=0).to(
                                 tl.float32
                             )
-                            b_bi = tl.load(gc + (row_i * HV + i_h) * K + o_k, mask=m_ki, other=0)
+                            c_bi = tl.load(gc + (row_i * HV + i_h) * K + o_k, mask=m_ki, other=0)
                             m_xi = o_x < tl.where(row_i < te, te, ts)
                             seen = (o_c <= ii) & m_xi
-                            e = tl.exp(tl.where(seen[:, None], b_bi[None, :] - b_bx, float("-inf")))
+                            e = tl.exp(tl.where(seen[:, None], c_bi[None, :] - b_bx, float("-inf")))
                             p_row = (row_i * HV + i_h) * BT + X * BC + o_c
                             r_dp = tl.load(dp + p_row, mask=m_xi, other=0)
                             r_dg = tl.load(dg + p_row, mask=m_xi, other=0)
-                            acc_m += (r_dp[:, None] * b_qi[None, :] + r_dg[:, None] * b_ki[None, :]) * e
+                            acc_m += (r_dp[:, None] * c_qi[None, :] + r_dg[:, None] * c_ki[None, :]) * e
                 else:
                     b_qi = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k)
                     b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k)

@@ -2,18 +2,18 @@
 
 From the forward (chunk_fwd_state.py, chunk_fwd_output.py), per chunk with
 ``S`` entering it: ``U = Uv - W S``, ``o = scale ((q * exp(b)) S + P U)``,
-``S' = exp(b_last) S + K_e^T U`` with ``K_e = k * exp(b_last - b)``.  With
+``S' = exp(b_last) S + Kd^T U`` with ``Kd = k * exp(b_last - b)``.  With
 ``dS'`` the gradient of the state leaving the chunk, carried last chunk
 first from the final state's cotangent ``dht``:
 
     dh[slot(c)] = dS'
-    dU = scale P^T do + K_e dS'
+    dU = scale P^T do + Kd dS'
     dS = exp(b_last) dS' + scale (q * exp(b))^T do - W^T dU
 
 and ``dS`` after the first chunk is the initial state's gradient.
 
 One program per (V tile, sequence x value head), all of K.  Inputs: ``q``,
-``k``, ``w``, ``gc``, ``aqk``, ``do [B*T, HV, V]``, ``dht``,
+``kd``, ``w`` (chunk_intra.py), ``gc``, ``aqk``, ``do [B*T, HV, V]``, ``dht``,
 ``cu_seqlens``, ``chunk_offsets``.  Outputs: ``dh [slots, HV, K, V]``, ``du
 [B*T, HV, V]`` float32 and ``dh0 [N, HV, K, V]``.
 """
@@ -29,7 +29,7 @@ from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
 @jit(sizes=("T", "NT", "NS"))
 def delta_chunk_state_bwd_kernel(
     q,
-    k,
+    kd,
     w,
     gc,
     aqk,
@@ -83,21 +83,15 @@ def delta_chunk_state_bwd_kernel(
         o_t = ts + o_tt
         m_t = o_t < te
         last = te - 1
-        b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_kd = rows_tile(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
         b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
         decay_last = tl.zeros([BK], dtype=tl.float32) + 1.0
         if GATE == 1:
-            b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
-            g_last = tl.load(gc + last * HV + i_h)
-            b_k = b_k * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[:, None]
-            b_qt = b_qt * tl.exp(b_g)[None, :]
-            decay_last = decay_last * tl.exp(g_last)
+            b_qt = b_qt * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[None, :]
+            decay_last = decay_last * tl.exp(tl.load(gc + last * HV + i_h))
         if GATE == 2:
-            b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
-            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
-            b_k = b_k * tl.exp(tl.where(m_t[:, None], g_last[None, :] - b_gk, float("-inf")))
             b_qt = b_qt * tl.exp(rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
-            decay_last = tl.exp(g_last)
+            decay_last = tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))
         # P^T loaded as such: element (j, i) = P[i, j], i >= j.
         b_pt = tl.load(
             aqk + (o_t[None, :] * HV + i_h) * BT + o_tt[:, None],
@@ -105,7 +99,7 @@ def delta_chunk_state_bwd_kernel(
             other=0,
         )
         b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
-        b_du = dot(b_pt, b_do, PREC) * scale + dot(b_k, dS, PREC)
+        b_du = dot(b_pt, b_do, PREC) * scale + dot(b_kd, dS, PREC)
         tl.store(du + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_du, mask=m_t[:, None] & m_v[None, :])
         b_wt = rows_tile_t(w, o_t, m_t, HV, i_h, K, o_k, m_k)
         dS = dS * decay_last[:, None] + dot(b_qt, b_do, PREC) * scale - dot(b_wt, b_du, PREC)

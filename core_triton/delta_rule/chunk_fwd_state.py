@@ -5,9 +5,9 @@ chunks in order, with the float32 state ``S [K, BV]`` (all of K):
 
     h[slot(c)] = S                                  (state entering chunk c)
     U = Uv - W S                                    (the chunk's delta updates)
-    S = exp(b_last) S + (k * exp(b_last - b))^T U   (b_last: the chunk's last token)
+    S = exp(b_last) S + Kd^T U                      (b_last: the chunk's last token)
 
-Inputs: ``k [B*T, HK, K]``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
+Inputs: ``kd``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
 ``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``.  Outputs:
 ``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` and ``final [N, HV, K, V]``,
 float32.  The backward runs it again rather than keep ``h`` and ``u``.
@@ -23,7 +23,7 @@ from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
 
 @jit(sizes=("T", "NT", "NS"))
 def delta_chunk_state_kernel(
-    k,
+    kd,
     w,
     uv,
     gc,
@@ -53,7 +53,6 @@ def delta_chunk_state_kernel(
     i_nh = tl.program_id(1)
     i_n = i_nh // HV
     i_h = i_nh % HV
-    i_hk = i_h // (HV // HK)
     bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
     n_chunks = n_chunks.to(tl.int32)
 
@@ -77,17 +76,11 @@ def delta_chunk_state_kernel(
         b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
         b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v) - dot(b_w, S, PREC)
         tl.store(u + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_u, mask=m_t[:, None] & m_v[None, :])
-        b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_kdt = rows_tile_t(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
         last = te - 1
         if GATE == 1:
-            b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
-            g_last = tl.load(gc + last * HV + i_h)
-            b_kt = b_kt * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[None, :]
-            S = S * tl.exp(g_last)
+            S = S * tl.exp(tl.load(gc + last * HV + i_h))
         if GATE == 2:
-            b_gt = rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
-            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
-            b_kt = b_kt * tl.exp(tl.where(m_t[None, :], g_last[:, None] - b_gt, float("-inf")))
-            S = S * tl.exp(g_last)[:, None]
-        S += dot(b_kt, b_u, PREC)
+            S = S * tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))[:, None]
+        S += dot(b_kdt, b_u, PREC)
     tl.store(final + state_row + off_kv, S, mask=m_kv)

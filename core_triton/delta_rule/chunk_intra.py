@@ -8,10 +8,13 @@ Inside a chunk, with ``b`` the in-chunk cumulative log decay and ``E[i, j]
     Tinv    = (I + diag(beta) G)^-1                    unit lower triangular
     W       = Tinv diag(beta) (k * exp(b))             [BT, K]
     Uv      = Tinv diag(beta) v                        [BT, V]
+    Kd      = k * exp(b_last - b)                      [BT, K]
 
-so that the chunk's delta updates, from the state ``S`` entering it, are
-``U = Uv - W S`` (the WY / UT form of the product of the chunk's
-Householder-like factors; chunk_fwd_state.py carries ``S``).
+(``b_last``: the chunk's last token) so that the chunk's delta updates,
+from the state ``S`` entering it, are ``U = Uv - W S`` and the state
+leaving it ``exp(b_last) S + Kd^T U`` (the WY / UT form of the product of
+the chunk's Householder-like factors; chunk_fwd_state.py carries ``S``).
+
 
 One program per (chunk slot, batch row x value head), in three phases that
 hand over through global memory (each program reads back only what it
@@ -22,11 +25,11 @@ A. ``P`` and ``G`` in ``BC x BC`` blocks (chunk_common.py: per-channel
 B. ``Tinv`` block by block: the diagonal blocks by forward substitution,
    then ``Tinv[I, J] = -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]``
    with ``L = diag(beta) G``, in full float32 -> ``tinv``;
-C. ``W`` and ``Uv`` from the whole ``[BT, BT]`` inverse.
+C. ``W`` and ``Uv`` from the whole ``[BT, BT]`` inverse, and ``Kd``.
 
 Outputs: ``aqk``, ``gkk``, ``tinv`` ``[B*T, HV, BT]`` float32 (every
-column written, zeros above the diagonal), ``w [B*T, HV, K]`` and ``uv
-[B*T, HV, V]`` float32.
+column written, zeros above the diagonal), ``w``, ``kd`` ``[B*T, HV, K]``
+and ``uv [B*T, HV, V]`` float32.
 """
 
 import triton
@@ -144,6 +147,7 @@ def delta_chunk_intra_kernel(
     tinv,
     w,
     uv,
+    kd,
     HK: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -220,17 +224,28 @@ def delta_chunk_intra_kernel(
         other=0,
     )
     b_beta = tl.load(beta + o_t * HV + i_h, mask=m_t, other=0).to(tl.float32)
-    scale_rows = b_beta
+    last = te - 1
+    decay = tl.where(m_t, 1.0, 0.0)  # exp(b) per row (scalar gates)
+    decay_last = tl.where(m_t, 1.0, 0.0)  # exp(b_last - b) per row
     if GATE == 1:
-        scale_rows = b_beta * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))
+        b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
+        decay = tl.exp(b_g)
+        decay_last = tl.exp(tl.where(m_t, tl.load(gc + last * HV + i_h) - b_g, float("-inf")))
     for i_k in range(0, tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32) * scale_rows[:, None]
+        b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
         if GATE == 2:
-            b_k = b_k * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
+            b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
+            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
+            b_kb = b_k * tl.exp(b_gk) * b_beta[:, None]
+            b_kd = b_k * tl.exp(tl.where(m_t[:, None], g_last[None, :] - b_gk, float("-inf")))
+        else:
+            b_kb = b_k * (decay * b_beta)[:, None]
+            b_kd = b_k * decay_last[:, None]
         p_w = (o_t[:, None] * HV + i_h) * K + o_k[None, :]
-        tl.store(w + p_w, dot(b_tinv, b_k, PREC), mask=m_t[:, None] & m_k[None, :])
+        tl.store(w + p_w, dot(b_tinv, b_kb, PREC), mask=m_t[:, None] & m_k[None, :])
+        tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
     for i_v in range(0, tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
