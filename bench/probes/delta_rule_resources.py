@@ -5,7 +5,8 @@ backward of both modes, for the configs the plans pick (K, V in 64, 128,
 compile or does not fit prints its error instead, so one run shows every
 config that needs other tiles.
 
-``python -m bench.probes.delta_rule_resources [K,V ...]`` on a CUDA GPU."""
+``python -m bench.probes.delta_rule_resources [K,V ...] [bf16]`` on a CUDA
+GPU (``bf16``: bfloat16 inputs only)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ CONFIGS = [(128, 128), (64, 64), (256, 256), (128, 64), (64, 256)]
 
 
 def main(argv):
-    configs = [tuple(map(int, a.split(","))) for a in argv] or CONFIGS
+    configs = [tuple(map(int, a.split(","))) for a in argv if a != "bf16"] or CONFIGS
     seen = {}
     original = core_launch.launch_direct
 
@@ -36,23 +37,25 @@ def main(argv):
                 return
             compiled = kernel[grid](*plan.arguments(inputs), *outputs, **plan.launch_options())
             meta = compiled.metadata
-            seen[key] = f"smem {meta.shared:>6}  regs {compiled.n_regs:>3}  spills {compiled.n_spills:>4}"
+            text = f"smem {meta.shared:>6}  regs {compiled.n_regs:>3}  spills {compiled.n_spills:>4}"
         except Exception as e:  # report and go on: the next launch may fit
-            seen[key] = f"ERROR {type(e).__name__}: {str(e)[:120]}"
+            text = f"ERROR {type(e).__name__}: {str(e)[:120]}"
             raise
+        finally:
+            if key not in seen:  # printed as it comes: a run cut short still reports
+                seen[key] = text
+                c = dict(key[1])
+                short = {k: c[k] for k in ("K", "V", "BK", "BV", "GATE", "IEEE") if k in c}
+                print(f"{name:34} {short} w{key[2]} s{key[3]}: {text}", flush=True)
 
     _launch.launch_direct = probe
     try:
         for K, V in configs:
-            for dtype in (torch.bfloat16, torch.float32):
+            for dtype in (torch.bfloat16,) if "bf16" in argv else (torch.bfloat16, torch.float32):
                 for gate in (None, "g", "gk"):
                     _run(K, V, dtype, gate)
     finally:
         _launch.launch_direct = original
-    for (name, consts, warps, stages), text in sorted(seen.items(), key=lambda kv: kv[1].startswith("ERROR")):
-        c = dict(consts)
-        short = {k: c[k] for k in ("K", "V", "BK", "BV", "GATE", "IEEE") if k in c}
-        print(f"{name:34} {short} w{warps} s{stages}: {text}", flush=True)
 
 
 def _run(K, V, dtype, gate):

@@ -16,7 +16,7 @@ class TestTorchDeltaRule(DeltaRuleSuite):
     fw = FW
 
     def test_non_contiguous_inputs(self):
-        x, cu, cots = make_case(FW, gate="gk", B=1, T=40, HK=2, HV=4, seed=14)
+        x, cu, cots = make_case(FW, gate="gk", B=2, T=20, HK=2, HV=4, seed=14)
 
         def fn(query, gk, **kw):
             q = query.transpose(1, 2).contiguous().transpose(1, 2)
