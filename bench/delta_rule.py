@@ -10,9 +10,11 @@ backward is reported as refused where it raises (its Hopper guard for
 Triton < 3.7.1).
 
 Decoding: one token per sequence against a float32 state (B16, B64), ours
-in place against fla's ``fused_recurrent_gated_delta_rule``, device time
-from CUDA-graph replay, and the fraction of the copy bandwidth that
-reading and writing the state once would take.
+in place against fla's ``fused_recurrent_gated_delta_rule``: device time
+from CUDA-graph replay, with "bw" the state's bytes read and written once
+over that time as a fraction of the copy bandwidth, and back-to-back eager
+calls (host time included; the JAX binding's jitted step with the state
+donated).
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def _train_rows(torch, jax, jnp, torch_api, jax_api, op, B, T, docs):
     return rows
 
 
-def _decode_rows(torch, torch_api, B, bandwidth):
+def _decode_rows(torch, jax, jnp, torch_api, jax_api, B, bandwidth):
     gen = torch.Generator(device="cuda").manual_seed(1)
 
     def rnd(*s, dtype=torch.bfloat16):
@@ -164,10 +166,29 @@ def _decode_rows(torch, torch_api, B, bandwidth):
             t = graph_time_per_call(torch, fn)
             row["us"] = f"{t * 1e6:.1f}"
             row["bw"] = f"{nbytes / t / 1e9 / bandwidth:.2f}"
+            row["eager us"] = f"{timed(fn, lambda _: torch.cuda.synchronize()) * 1e6:.1f}"
         except Exception as e:
             row["us"] = f"error: {type(e).__name__}: {str(e)[:80]}"
         print(row, flush=True)
         rows.append(row)
+    # JAX: no CUDA-graph capture of its calls here; the jitted step with the
+    # state donated, back to back (host time included).
+    args = {
+        n: jnp.from_dlpack(t) for n, t in {"query": q, "key": k, "value": v, "beta": beta, "g": g}.items()
+    }
+    step = jax.jit(
+        lambda a, s: jax_api.gated_delta_rule_step(**a, state=s, use_qk_l2norm=True), donate_argnums=1
+    )
+    carried = [jnp.from_dlpack(state.clone())]
+
+    def jax_step():
+        out, carried[0] = step(args, carried[0])
+        return out
+
+    row = {"op": "decode", "shape": f"B{B}", "impl": "twinkernels jax (donated)", "mode": "step"}
+    row["eager us"] = f"{timed(jax_step, lambda o: jax.block_until_ready(o)) * 1e6:.1f}"
+    print(row, flush=True)
+    rows.append(row)
     return rows
 
 
@@ -205,11 +226,11 @@ def run(progress=None) -> list[dict]:
     decode = []
     bandwidth = copy_bandwidth(torch)
     for B in DECODE if not only or "decode" in only else ():
-        decode += _decode_rows(torch, torch_api, B, bandwidth)
+        decode += _decode_rows(torch, jax, jnp, torch_api, jax_api, B, bandwidth)
         if progress is not None:
             progress.update(1)
     meta = {"device": torch.cuda.get_device_name(), "dtype": "bfloat16", "copy GB/s": f"{bandwidth:.0f}"}
     save("delta_rule", rows + decode, meta)
     print(markdown_table(rows, ["op", "shape", "mode", "impl", "ms", "vs fla", "jax/torch"]))
-    print(markdown_table(decode, ["op", "shape", "impl", "us", "bw"]))
+    print(markdown_table(decode, ["op", "shape", "impl", "us", "bw", "eager us"]))
     return rows
