@@ -148,8 +148,46 @@ def flash_cases():
     return out
 
 
+def delta_rule_cases():
+    out = {}
+    for name, gate, mode, packed, l2 in (
+        ("chunk-gk-packed", "gk", "chunk", True, True),
+        ("chunk-g", "g", "chunk", False, False),
+        ("recurrent-g-packed", "g", "recurrent", True, True),
+    ):
+        B, T, HK, HV, K, V = (1 if packed else 2), 37, 1, 2, 8, 8
+        x = {
+            "query": _rand(B, T, HK, K, seed=40),
+            "key": _rand(B, T, HK, K, seed=41, scale=K**-0.5),
+            "value": _rand(B, T, HV, V, seed=42),
+            "beta": torch.sigmoid(_rand(B, T, HV, seed=43)),
+            gate: -torch.sigmoid(_rand(*((B, T, HV) if gate == "g" else (B, T, HV, K)), seed=44)),
+            "initial_state": _rand(3 if packed else B, HV, K, V, seed=45),
+        }
+        opts = {"output_final_state": True, "use_qk_l2norm": l2, "mode": mode}
+        if packed:
+            opts["cu_seqlens"] = _ints([0, 20, 20, T])
+        out[f"delta-{name}"] = (lambda opts=opts, **t: api.gated_delta_rule(**t, **opts), x, tuple(x))
+    return out
+
+
 def all_cases():
-    return {**recurrent_cases(), **chunk_cases(), **cumsum_cases(), **flash_cases()}
+    return {**recurrent_cases(), **chunk_cases(), **cumsum_cases(), **flash_cases(), **delta_rule_cases()}
+
+
+def _step_inputs():
+    x = {
+        "query": _rand(3, 1, 2, 8, seed=50),
+        "key": _rand(3, 1, 2, 8, seed=51),
+        "value": _rand(3, 1, 4, 8, seed=52),
+        "beta": torch.sigmoid(_rand(3, 1, 4, seed=53)),
+        "g": -torch.sigmoid(_rand(3, 1, 4, seed=54)),
+    }
+    return x, _rand(3, 4, 8, 8, seed=55)
+
+
+def _step(state, **x):
+    return api.gated_delta_rule_step(**x, state=state, use_qk_l2norm=True)[0]
 
 
 CASES = all_cases()
@@ -222,7 +260,14 @@ class TorchLibrarySuite:
             torch.testing.assert_close(b, a, rtol=0, atol=0)
 
     @pytest.mark.parametrize(
-        "case", ["recurrent-all_gates_reverse_packed", "chunk-g_h0_packed", "flash-bias_grad", "cumsum-local"]
+        "case",
+        [
+            "recurrent-all_gates_reverse_packed",
+            "chunk-g_h0_packed",
+            "flash-bias_grad",
+            "cumsum-local",
+            "delta-chunk-gk-packed",
+        ],
     )
     def test_opcheck(self, case):
         """Schema, fake (shapes, dtypes, strides) and autograd registration
@@ -253,6 +298,24 @@ class TorchLibrarySuite:
         # the outputs and gradients under AOTAutograd instead.
         checks = ("test_schema", "test_faketensor", "test_autograd_registration")
         torch.library.opcheck(op.op, args, test_utils=checks)
+
+    def test_step_compiles_and_updates_the_state(self):
+        """The decoding step (it mutates its state) in one graph, with
+        eager's values and the state updated in place."""
+        from torch._dynamo.testing import CompileCounterWithBackend
+
+        x, state = _step_inputs()
+        with torch.no_grad():
+            eager_state = state.clone()
+            want = _step(eager_state, **x)
+            counter = CompileCounterWithBackend("aot_eager")
+            torch._dynamo.reset()
+            compiled_state = state.clone()
+            got = torch.compile(_step, backend=counter, fullgraph=True)(compiled_state, **x)
+        assert counter.frame_count == 1
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(compiled_state, eager_state, rtol=0, atol=0)
+        assert not torch.equal(compiled_state, state)
 
     def test_graph_breaks_none_in_a_block(self):
         """A small attention + linear-attention block: one graph."""
@@ -319,6 +382,29 @@ class CudaGraphSuite:
         want = run(fn, fresh, grads, seed=30)
         assert_same(want, ([o.detach() for o in g_outs], dict(zip(grads, g_grads, strict=True))), case)
 
+    def test_step_capture_and_replay(self):
+        """The decoding step captured in a CUDA graph: each replay advances
+        the captured state in place."""
+        x, state = _step_inputs()
+        ref_state = state.clone()
+        with torch.no_grad():
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                warm = state.clone()
+                _step(warm, **x)  # compile and plan outside the capture
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = _step(state, **x)
+            state.copy_(ref_state)  # the capture ran nothing
+            for _ in range(2):
+                graph.replay()
+                want = _step(ref_state, **x)
+            torch.cuda.synchronize()
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(state, ref_state, rtol=0, atol=0)
+
     @pytest.mark.parametrize(
         "case",
         [
@@ -327,6 +413,7 @@ class CudaGraphSuite:
             "recurrent-g_h0_packed",
             "lightning-chunk",
             "cumsum-global",
+            "delta-chunk-gk-packed",
         ],
     )
     def test_reduce_overhead(self, case):
