@@ -14,7 +14,6 @@ import torch_api
 from tests.cross.test_dlpack import _same, _torch_device
 from tests.suites.delta_rule import CU_SEQLENS, logsigmoid
 
-
 # Each gate, mode and dtype, in half the combinations (the interpreter is slow).
 CASES = [("gk", "chunk", torch.float32), ("g", "chunk", torch.bfloat16), ("g", "recurrent", torch.float32),
          ("gk", "recurrent", torch.bfloat16)]  # fmt: skip
