@@ -36,6 +36,9 @@ CASES = {
     "all_wild": ([2**31 - 1, -(2**31), 35, -3, 2**30], None),
 }
 OPS = ["recurrent", "chunk", "lightning_chunk", "local_cumsum", "global_cumsum"]
+# The delta rule in both modes, on the cases that reach every clamp (CI time).
+DELTA_OPS = ["delta_chunk", "delta_recurrent"]
+DELTA_CASES = ["last_past_seq_len", "first_not_zero", "negative_and_huge", "all_wild"]
 H, K, V = 2, 8, 12
 
 
@@ -50,6 +53,18 @@ def _covered(cu) -> np.ndarray:
 
 
 def _inputs(op, rng):
+    if op.startswith("delta"):
+        x = {
+            "query": rng.standard_normal((1, T, 1, K)),
+            "key": rng.standard_normal((1, T, 1, K)) * K**-0.5,
+            "value": rng.standard_normal((1, T, H, V)),
+            "beta": 1 / (1 + np.exp(-rng.standard_normal((1, T, H)))),
+        }
+        if op == "delta_chunk":
+            x["gk"] = -np.abs(rng.standard_normal((1, T, H, K))) * 0.3
+        else:
+            x["g"] = -np.abs(rng.standard_normal((1, T, H))) * 0.3
+        return x, (rng.standard_normal((1, T, H, V)),)
     if op.endswith("cumsum"):
         return {"x": rng.standard_normal((1, T, H, 3))}, (rng.standard_normal((1, T, H, 3)),)
     x = {
@@ -69,6 +84,9 @@ def _call(api, op):
             return api.recurrent(**x, cu_seqlens=cu_seqlens)
         if op == "chunk":
             return api.chunk_linear_attn(**x, cu_seqlens=cu_seqlens, chunk_size=16)
+        if op.startswith("delta"):
+            mode = op.removeprefix("delta_")
+            return api.gated_delta_rule(**x, cu_seqlens=cu_seqlens, use_qk_l2norm=True, mode=mode)
         if op == "lightning_chunk":
             return api.lightning_attn(**x, layer_idx=1, num_layers=4, cu_seqlens=cu_seqlens)
         if op == "local_cumsum":

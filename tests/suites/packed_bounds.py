@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.packed_bounds import CASES, OPS
+from tests.packed_bounds import CASES, DELTA_CASES, DELTA_OPS, OPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,8 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class PackedBoundsSuite:
     fw = None  # set by the framework's module
 
-    @pytest.mark.parametrize("case", list(CASES))
-    @pytest.mark.parametrize("op", OPS)
+    @pytest.mark.parametrize(
+        "op,case", [(op, c) for op in OPS for c in CASES] + [(op, c) for op in DELTA_OPS for c in DELTA_CASES]
+    )
     def test_bad_cu_seqlens_stay_in_bounds(self, op, case):
         # Keep the caller's path (the GPU run's carried wheels live there).
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
