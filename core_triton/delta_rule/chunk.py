@@ -17,9 +17,10 @@ from the forward), then
 5. ``dh``, ``du``, ``d_initial_state`` (chunk_bwd_state.py);
 6. ``d_value``, beta's partial gradients and the ``[BT, BT]`` / extra terms
    of the query and key gradients (chunk_bwd_dv.py);
-7. the query/key parts and the log-decay gradient ``db`` (chunk_bwd_dqk.py);
+7. the query/key parts, and the gate's gradient (scalar gates) or the
+   log-decay gradient ``db`` (per-channel gates) (chunk_bwd_dqk.py);
 8. fixed-order sums of the parts (common/reductions.py), the reverse
-   in-chunk cumsum of ``db`` into the gate's gradient, and the
+   in-chunk cumsum of ``db`` into ``gk``'s gradient, and the
    normalisation's backward.
 """
 
@@ -249,6 +250,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             In(q),
             In(k),
             gc,
+            In("aqk"),
+            In("gkk"),
             In("dp"),
             In("dg"),
             In("dq_extra"),
@@ -279,22 +282,19 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     ]
     backward += steps.gradient_sums(a, G, NK, dtypes["beta"])
     offsets = [("chunk_offsets", BT)] if a.packed else []
-    if gate is not None:
-        if a.gate == SCALAR_GATE:
-            backward.append(reductions.reduce_partials_plan("db_parts", NK, (B, T, HV), "float32", "db"))
-            shape = (B, T, HV)
-        else:
-            shape = (B, T, HV, K)
+    if a.gate == SCALAR_GATE:
+        # The kernel sums dg itself (partials over K tiles).
+        backward.append(reductions.reduce_partials_plan("db_parts", NK, (B, T, HV), dtypes["g"], "d_g"))
+    elif a.gate == VECTOR_GATE:
         cum = cumsum_plan.make_plans(
-            _info(shape, "float32"),
+            _info((B, T, HV, K), "float32"),
             _info((N + 1,), "int32") if a.packed else None,
             chunk=BT,
             reverse=True,
             scale=None,
             head_first=False,
-            out_dtype=dtypes[gate],
+            out_dtype=dtypes["gk"],
         )
-        source = "db" if a.gate == SCALAR_GATE else "db_parts"
-        backward += [_renamed(p, {"x": source}, (f"d_{gate}",)) for p in cum.forward]
+        backward += [_renamed(p, {"x": "db_parts"}, ("d_gk",)) for p in cum.forward]
     residuals = ("gc",) if gate is not None else ()
     return tuple(forward), tuple(backward), tuple(offsets), residuals

@@ -13,9 +13,14 @@ exp(b_i - b_j)``, per channel for ``gk``) from ``dp`` and ``dg``
 to which the extras of chunk_bwd_dv.py are added; then ``dk = dkp + dkm``
 and the gradient of ``b`` (the decay from the chunk's start to each token)
 is ``db = q dq + k (dkp - dkm)`` per key channel, plus ``dblast`` on the
-chunk's last token (summed over channels for scalar gates).  The gate's
+chunk's last token (summed over channels for scalar gates).  Terms whose
+two halves in ``db`` cancel exactly (``P``'s diagonal, where ``E = 1``, and
+the last token's own term of the chunk state's decay) stay out of ``db``:
+rounded separately they would not cancel, and with strong decays they are
+much larger than the gradient that remains.  For ``gk`` the gate's
 gradient is then the reverse in-chunk cumsum of ``db`` (a launch of the
-cumsum kernel).
+cumsum kernel); for ``g`` the kernel sums it per token directly
+(scalar_gate_grad, which avoids the cancellation altogether).
 
 One program per (K tile, chunk slot, batch row x value head), one block of
 ``BC`` rows at a time: the rows' own side (columns at or before them) and
@@ -24,9 +29,10 @@ pair; per-channel gates go through each row block's first row
 (chunk_common.py) and sum diagonal blocks column by column.
 
 Outputs: ``dq``, ``dk`` ``[G, B*T, HK, K]`` float32 (one part per value
-head of a key head's group, summed by a reduction launch), ``db`` (``[NK,
-B*T, HV]`` partials over K tiles for scalar gates, ``[B*T, HV, K]``
-per-channel gates).
+head of a key head's group, summed by a reduction launch); for scalar
+gates the gate's gradient itself (``[NK, B*T, HV]`` partials over K tiles:
+scalar_gate_grad sums it without a cumsum), for per-channel gates ``db
+[B*T, HV, K]``.
 """
 
 import triton
@@ -49,6 +55,8 @@ def delta_chunk_bwd_dqk_kernel(
     q,
     k,
     gc,
+    aqk,
+    gkk,
     dp,
     dg,
     dq_extra,
@@ -136,7 +144,7 @@ def delta_chunk_bwd_dqk_kernel(
                                 tl.float32
                             )
                             c_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
-                            seen = (o_c >= jj) & m_x
+                            seen = (o_c > jj) & m_x
                             e = tl.exp(tl.where(seen[:, None], b_bx - c_bj[None, :], float("-inf")))
                             c_dp = tl.load(dp + (o_x * HV + i_h) * BT + J * BC + jj, mask=m_x, other=0)
                             c_dg = tl.load(dg + (o_x * HV + i_h) * BT + J * BC + jj, mask=m_x, other=0)
@@ -146,7 +154,7 @@ def delta_chunk_bwd_dqk_kernel(
                     b_kj = rows_tile(k, o_j, m_j, HK, i_hk, K, o_k, m_k)
                     keep = m_x[:, None] & m_j[None, :]
                     if J == X:
-                        keep = keep & (o_c[:, None] >= o_c[None, :])
+                        keep = keep & (o_c[:, None] > o_c[None, :])
                     e = tl.zeros([BC, BC], dtype=tl.float32) + 1.0
                     if GATE == 1:
                         b_bj = tl.load(gc + o_j * HV + i_h, mask=m_j, other=0)
@@ -186,7 +194,7 @@ def delta_chunk_bwd_dqk_kernel(
                             )
                             c_bi = tl.load(gc + (row_i * HV + i_h) * K + o_k, mask=m_ki, other=0)
                             m_xi = o_x < tl.where(row_i < te, te, ts)
-                            seen = (o_c <= ii) & m_xi
+                            seen = (o_c < ii) & m_xi
                             e = tl.exp(tl.where(seen[:, None], c_bi[None, :] - b_bx, float("-inf")))
                             p_row = (row_i * HV + i_h) * BT + X * BC + o_c
                             r_dp = tl.load(dp + p_row, mask=m_xi, other=0)
@@ -197,7 +205,7 @@ def delta_chunk_bwd_dqk_kernel(
                     b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k)
                     keep = m_x[:, None] & m_i[None, :]
                     if I == X:
-                        keep = keep & (o_c[:, None] <= o_c[None, :])
+                        keep = keep & (o_c[:, None] < o_c[None, :])
                     e = tl.zeros([BC, BC], dtype=tl.float32) + 1.0
                     if GATE == 1:
                         b_bi = tl.load(gc + o_i * HV + i_h, mask=m_i, other=0)
@@ -208,21 +216,80 @@ def delta_chunk_bwd_dqk_kernel(
                     acc_m += dot((b_dgt * e).to(b_ki.dtype), b_ki, PREC)
         p_x = (o_x[:, None] * HV + i_h) * K + o_k[None, :]
         m_xk = m_x[:, None] & m_k[None, :]
-        acc_q += tl.load(dq_extra + p_x, mask=m_xk, other=0)
-        acc_p += tl.load(dkp_extra + p_x, mask=m_xk, other=0)
-        acc_m += tl.load(dkm_extra + p_x, mask=m_xk, other=0)
+        x_q = tl.load(dq_extra + p_x, mask=m_xk, other=0)
+        x_p = tl.load(dkp_extra + p_x, mask=m_xk, other=0)
+        x_m = tl.load(dkm_extra + p_x, mask=m_xk, other=0)
+        # The diagonal of P (exp(b_i - b_i) = 1), apart: it adds to dq_i and
+        # dk_i but its two terms in db_i cancel exactly, and rounded they
+        # would not (the loops above leave it out).
+        d_pp = tl.load(dp + (o_x * HV + i_h) * BT + X * BC + o_c, mask=m_x, other=0)
+        acc_q += x_q
+        acc_p += x_p
         p_out = ((part + o_x[:, None]) * HK + i_hk) * K + o_k[None, :]
-        tl.store(dq + p_out, acc_q, mask=m_xk)
-        tl.store(dk + p_out, acc_p + acc_m, mask=m_xk)
-        if GATE != 0:
-            d_b = b_qx * acc_q + b_kx * (acc_p - acc_m)
+        tl.store(dq + p_out, acc_q + d_pp[:, None] * b_kx, mask=m_xk)
+        tl.store(dk + p_out, acc_p + acc_m + x_m + d_pp[:, None] * b_qx, mask=m_xk)
+        if GATE == 2:
+            # The last token's own term of the state's decay cancels likewise
+            # (dblast leaves it out too).
             is_last = (o_x == last)[:, None]
-            if GATE == 1:
-                d_b = tl.sum(d_b, axis=1)
-                d_last = tl.load(dblast + (i_k.to(tl.int64) * NS + slot) * HV + i_h)
-                d_b += tl.where(o_x == last, d_last, 0.0)
-                tl.store(db + (i_k.to(tl.int64) * ROWS + o_x) * HV + i_h, d_b, mask=m_x)
-            else:
-                d_last = tl.load(dblast + (slot * HV + i_h) * K + o_k, mask=m_k, other=0)
-                d_b += tl.where(is_last, d_last[None, :], 0.0)
-                tl.store(db + p_x, d_b, mask=m_xk)
+            d_b = b_qx * acc_q + b_kx * (acc_p - acc_m - tl.where(is_last, 0.0, x_m))
+            d_last = tl.load(dblast + (slot * HV + i_h) * K + o_k, mask=m_k, other=0)
+            d_b += tl.where(is_last, d_last[None, :], 0.0)
+            tl.store(db + p_x, d_b, mask=m_xk)
+    if GATE == 1:
+        scalar_gate_grad(
+            q, k, aqk, gkk, dp, dg, dq_extra, dkp_extra, dkm_extra, dblast, db, ts, te, slot, i_k, i_h, i_hk,
+            NS, ROWS, HK, HV, K, BT, BK,
+        )  # fmt: skip
+
+
+@triton.jit
+def scalar_gate_grad(
+    q, k, aqk, gkk, dp, dg, dq_extra, dkp_extra, dkm_extra, dblast, out, ts, te, slot, i_k, i_h, i_hk,
+    NS, ROWS, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+):  # fmt: skip
+    """The gradient of a scalar gate ``g`` over one chunk, this K tile's part
+    (``out [NK, B*T, HV]``), summed directly rather than as a reverse
+    cumsum of per-token terms: ``g_t`` enters every ``b_i`` with ``i >= t``,
+    so
+
+        dg_t = sum_{i >= t} plus_i                 (q exp(b) S terms: "+b_i" only)
+             + sum_{j < t} kx_j                    (Kd = k exp(b_last - b_j): "-b_j", "+b_last")
+             + sum_{i >= t > j} dP P + dG G        (pairs: "+b_i", "-b_j")
+             + exp(b_last) sum(S * dS')            (the state's own decay)
+
+    A cumsum of ``db`` would add each pair's two opposite terms and leave
+    their rounding, which with strong decays is larger than ``dg`` (seen:
+    1e-5 relative error against 1e-7 here).  The pair sum (K-independent)
+    comes with K tile 0."""
+    o_tt = tl.arange(0, BT)
+    o_t = ts + o_tt
+    m_t = o_t < te
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_k = o_k < K
+    m_tk = m_t[:, None] & m_k[None, :]
+    p_x = (o_t[:, None] * HV + i_h) * K + o_k[None, :]
+    b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+    b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+    plus = tl.sum(b_q * tl.load(dq_extra + p_x, mask=m_tk, other=0), axis=1)
+    plus += tl.sum(b_k * tl.load(dkp_extra + p_x, mask=m_tk, other=0), axis=1)
+    # kx of the token before each row (0 for the first): an inclusive cumsum
+    # of it is the exclusive one of kx, with nothing subtracted.
+    o_p = o_t - 1
+    m_p = m_t & (o_tt > 0)
+    m_pk = m_p[:, None] & m_k[None, :]
+    b_kp = rows_tile(k, o_p, m_p, HK, i_hk, K, o_k, m_k).to(tl.float32)
+    kx = tl.sum(
+        b_kp * tl.load(dkm_extra + (o_p[:, None] * HV + i_h) * K + o_k[None, :], mask=m_pk, other=0), 1
+    )
+    d_g = tl.cumsum(plus, axis=0, reverse=True) + tl.cumsum(kx, axis=0)
+    d_g += tl.load(dblast + (i_k.to(tl.int64) * NS + slot) * HV + i_h)
+    if i_k == 0:
+        p_mat = (o_t[:, None] * HV + i_h) * BT + o_tt[None, :]
+        lower = m_t[:, None] & (o_tt[None, :] < o_tt[:, None])
+        pairs = tl.load(dp + p_mat, mask=lower, other=0) * tl.load(aqk + p_mat, mask=lower, other=0)
+        pairs += tl.load(dg + p_mat, mask=lower, other=0) * tl.load(gkk + p_mat, mask=lower, other=0)
+        # [t, j] = sum_{i >= t} pairs[i, j], then j < t.
+        suffix = tl.cumsum(pairs, axis=0, reverse=True)
+        d_g += tl.sum(tl.where(o_tt[None, :] < o_tt[:, None], suffix, 0.0), axis=1)
+    tl.store(out + (i_k.to(tl.int64) * ROWS + o_t) * HV + i_h, d_g, mask=m_t)

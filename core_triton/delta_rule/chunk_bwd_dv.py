@@ -18,9 +18,11 @@ come from P and G (chunk_bwd_dqk.py adds those):
     dkp_extra = -beta exp(b) (dR S^T)           (through k * exp(b): "+b" side)
     dkm_extra = exp(b_last - b) (U dS'^T)       (through K_e: "-b" side)
 
-and the gate gradient of the chunk's last token from the state's decay,
-``d b_last = sum_j k_j dkm_extra_j + exp(b_last) rowsum(S * dS')`` (per key
-channel; summed over this tile's channels for scalar gates).
+and the gate gradient of the chunk's last token from the state's decay:
+``exp(b_last) sum(S * dS')`` over this tile's channels for scalar gates,
+and per channel ``sum_{j != last} k_j dkm_extra_j + exp(b_last) rowsum(S *
+dS')`` for per-channel gates (the last token's own term cancels in its
+``db``, chunk_bwd_dqk.py).
 
 One program per (K tile, chunk slot, batch row x value head), looping over
 V tiles; the ``[BT, BT]`` terms are the same in every K tile's program and
@@ -171,10 +173,13 @@ def delta_chunk_bwd_dv_kernel(
     tl.store(dq_extra + p_x, x_q, mask=m_x)
     tl.store(dkp_extra + p_x, x_p, mask=m_x)
     tl.store(dkm_extra + p_x, x_m, mask=m_x)
-    d_b = tl.sum(b_k * x_m, axis=0) + d_last * sd
     if GATE == 1:
-        tl.store(dblast + (i_k.to(tl.int64) * NS + slot) * HV + i_h, tl.sum(d_b, axis=0))
+        # Scalar gates sum the Kd terms per token (chunk_bwd_dqk.py).
+        tl.store(dblast + (i_k.to(tl.int64) * NS + slot) * HV + i_h, tl.sum(d_last * sd, axis=0))
     if GATE == 2:
+        # The last token's own term (exp(b_last - b_last) = 1) cancels against
+        # its "-b" side in db: both stay out (chunk_bwd_dqk.py).
+        d_b = tl.sum(tl.where((o_t == last)[:, None], 0.0, b_k * x_m), axis=0) + d_last * sd
         tl.store(dblast + (slot * HV + i_h) * K + o_k, d_b, mask=m_k)
 
     db = -tl.sum(b_k * e_b * acc_r, axis=1)
