@@ -34,7 +34,7 @@ def lint(session):
 
 @nox.session(tags=["tests"])
 def tests_torch(session):
-    _install(session, "torch,test")
+    _install(session, "torch,test,models")
     session.run("pytest", "-n", "2", "tests/core", "tests/torch", *session.posargs)
 
 

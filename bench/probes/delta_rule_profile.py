@@ -1,0 +1,66 @@
+"""Per-kernel device time of the chunk gated delta rule, ours (PyTorch
+binding) beside fla, from torch.profiler: where the forward and the
+backward spend their time.  Same inputs as bench/delta_rule.py.
+
+    python -m bench.probes.delta_rule_profile [gdn|kda] [B T docs]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+
+import torch
+
+import torch_api
+from bench.delta_rule import _fla, _inputs, _ours
+
+
+def profile(fn, label, reps=5):
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times, counts = defaultdict(float), defaultdict(int)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            times[e.name] += e.device_time / reps
+            counts[e.name] += 1
+    total = sum(times.values())
+    print(f"\n## {label}: {total / 1e3:.3f} ms of kernels per call", flush=True)
+    for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:14]:
+        print(f"  {t / 1e3:8.3f} ms  x{counts[name] // reps:<3} {name[:90]}", flush=True)
+
+
+def main(argv):
+    op = argv[0] if argv else "gdn"
+    B, T, docs = (int(a) for a in argv[1:4]) if len(argv) >= 4 else (4, 4096, 0)
+    x, cu = _inputs(torch, op, B, T, docs)
+    leaves = {n: v.clone().requires_grad_(True) for n, v in x.items()}
+    do = torch.randn_like(x["value"])
+    impls = {"ours": _ours(torch_api)}
+    try:
+        impls["fla"] = _fla(op)
+    except Exception as e:  # noqa: BLE001
+        print("no fla:", e)
+    for name, fn in impls.items():
+
+        def fwd(fn=fn):
+            with torch.no_grad():
+                return fn(x, cu)
+
+        def fwd_bwd(fn=fn):
+            return torch.autograd.grad(fn(leaves, cu), list(leaves.values()), do)
+
+        shape = f"{op} B{B} T{T} docs{docs}"
+        profile(fwd, f"{name} fwd {shape}")
+        try:
+            profile(fwd_bwd, f"{name} fwd+bwd {shape}")
+        except Exception as e:  # noqa: BLE001 (fla's Hopper guard)
+            print(f"{name} fwd+bwd refused: {type(e).__name__}: {str(e)[:100]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
