@@ -3,10 +3,15 @@ binding) beside fla, from torch.profiler: where the forward and the
 backward spend their time.  Same inputs as bench/delta_rule.py.
 
     python -m bench.probes.delta_rule_profile [gdn|kda] [B T docs]
+
+``TILES='[{"state": {"BV": 64}}, ...]'`` profiles our op once per entry
+(chunk.TILE_OVERRIDES; fla once), ``FWD_ONLY=1`` skips the backward.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections import defaultdict
 
@@ -14,6 +19,7 @@ import torch
 
 import torch_api
 from bench.delta_rule import _fla, _inputs, _ours
+from core_triton.delta_rule import chunk, gated_delta_rule
 
 
 def profile(fn, label, reps=5):
@@ -40,12 +46,17 @@ def main(argv):
     x, cu = _inputs(torch, op, B, T, docs)
     leaves = {n: v.clone().requires_grad_(True) for n, v in x.items()}
     do = torch.randn_like(x["value"])
-    impls = {"ours": _ours(torch_api)}
+    variants = json.loads(os.environ.get("TILES", "[{}]"))
+    impls = [(f"ours {json.dumps(v)}", _ours(torch_api), v) for v in variants]
     try:
-        impls["fla"] = _fla(op)
+        impls.append(("fla", _fla(op), None))
     except Exception as e:  # noqa: BLE001
         print("no fla:", e)
-    for name, fn in impls.items():
+    for name, fn, tiles in impls:
+        if tiles is not None:
+            chunk.TILE_OVERRIDES.clear()
+            chunk.TILE_OVERRIDES.update(tiles)
+            gated_delta_rule._make_plans.cache_clear()
 
         def fwd(fn=fn):
             with torch.no_grad():
@@ -56,6 +67,8 @@ def main(argv):
 
         shape = f"{op} B{B} T{T} docs{docs}"
         profile(fwd, f"{name} fwd {shape}")
+        if os.environ.get("FWD_ONLY"):
+            continue
         try:
             profile(fwd_bwd, f"{name} fwd+bwd {shape}")
         except Exception as e:  # noqa: BLE001 (fla's Hopper guard)

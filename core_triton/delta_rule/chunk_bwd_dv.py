@@ -121,13 +121,13 @@ def delta_chunk_bwd_dv_kernel(
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
         b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
-        b_u = rows_tile(u, o_t, m_t, HV, i_h, V, o_v, m_v)
-        b_ut = rows_tile_t(u, o_t, m_t, HV, i_h, V, o_v, m_v)
+        b_u = rows_tile(u, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
+        b_ut = rows_tile_t(u, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
         b_du = rows_tile(du, o_t, m_t, HV, i_h, V, o_v, m_v)
         # States as [BV, BK] tiles: S^T loaded, not transposed in registers.
         m_vk = m_v[:, None] & m_k[None, :]
         off_vk = o_k[None, :].to(tl.int64) * V + o_v[:, None]
-        b_st = tl.load(h + state + off_vk, mask=m_vk, other=0)
+        b_st = tl.load(h + state + off_vk, mask=m_vk, other=0).to(tl.float32)
         b_dst = tl.load(dh + state + off_vk, mask=m_vk, other=0)
         b_dr = dot(b_tinvt, b_du, PREC)
         if i_k == 0:

@@ -83,7 +83,7 @@ def delta_chunk_state_bwd_kernel(
         o_t = ts + o_tt
         m_t = o_t < te
         last = te - 1
-        b_kd = rows_tile(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
+        b_kd = rows_tile(kd, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
         b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
         decay_last = tl.zeros([BK], dtype=tl.float32) + 1.0
         if GATE == 1:
@@ -101,7 +101,7 @@ def delta_chunk_state_bwd_kernel(
         b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
         b_du = dot(b_pt, b_do, PREC) * scale + dot(b_kd, dS, PREC)
         tl.store(du + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_du, mask=m_t[:, None] & m_v[None, :])
-        b_wt = rows_tile_t(w, o_t, m_t, HV, i_h, K, o_k, m_k)
+        b_wt = rows_tile_t(w, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
         dS = dS * decay_last[:, None] + dot(b_qt, b_do, PREC) * scale - dot(b_wt, b_du, PREC)
     if USE_H0:
         tl.store(dh0 + state_row + off_kv, dS.to(dh0.dtype.element_ty), mask=m_kv)

@@ -67,13 +67,14 @@ def delta_chunk_output_kernel(
     for i_k in range(0, tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
         if GATE == 2:
-            b_q = b_q * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
+            b_q = b_q.to(tl.float32) * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
         b_h = tl.load(
             h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
         )
-        acc += dot(b_q, b_h, PREC)
+        # In h's dtype: the inputs' for half inputs (chunk.py).
+        acc += dot(b_q.to(b_h.dtype), b_h, PREC)
     if GATE == 1:
         acc = acc * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[:, None]
     o_tt = tl.arange(0, BT)
@@ -83,7 +84,7 @@ def delta_chunk_output_kernel(
         other=0,
     )
     b_u = rows_tile(u, o_t, m_t, HV, i_h, V, o_v, m_v)
-    out = (acc + dot(b_p, b_u, PREC)) * scale
+    out = (acc + dot(b_p.to(b_u.dtype), b_u, PREC)) * scale
     tl.store(
         o + (o_t[:, None] * HV + i_h) * V + o_v[None, :],
         out.to(o.dtype.element_ty),

@@ -9,8 +9,9 @@ chunks in order, with the float32 state ``S [K, BV]`` (all of K):
 
 Inputs: ``kd``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
 ``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``.  Outputs:
-``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` and ``final [N, HV, K, V]``,
-float32.  The backward runs it again rather than keep ``h`` and ``u``.
+``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` (in the dtype of ``w``: the
+inputs' for half inputs, chunk.py) and ``final [N, HV, K, V]`` (float32).
+The backward runs it again rather than keep ``h`` and ``u``.
 """
 
 import triton.language as tl
@@ -74,7 +75,8 @@ def delta_chunk_state_kernel(
         o_t = ts + tl.arange(0, BT)
         m_t = o_t < te
         b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
-        b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v) - dot(b_w, S, PREC)
+        # W S in W's dtype (the inputs' for half inputs: chunk.py), U in float32.
+        b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
         tl.store(u + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_u, mask=m_t[:, None] & m_v[None, :])
         b_kdt = rows_tile_t(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
         last = te - 1
@@ -82,5 +84,5 @@ def delta_chunk_state_kernel(
             S = S * tl.exp(tl.load(gc + last * HV + i_h))
         if GATE == 2:
             S = S * tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))[:, None]
-        S += dot(b_kdt, b_u, PREC)
+        S += dot(b_kdt, b_u.to(b_kdt.dtype), PREC)
     tl.store(final + state_row + off_kv, S, mask=m_kv)

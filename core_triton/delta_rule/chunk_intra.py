@@ -29,7 +29,8 @@ C. ``W`` and ``Uv`` from the whole ``[BT, BT]`` inverse, and ``Kd``.
 
 Outputs: ``aqk``, ``gkk``, ``tinv`` ``[B*T, HV, BT]`` float32 (every
 column written, zeros above the diagonal), ``w``, ``kd`` ``[B*T, HV, K]``
-and ``uv [B*T, HV, V]`` float32.
+and ``uv [B*T, HV, V]`` (float32, or the inputs' dtype for half inputs:
+chunk.py; computed in float32 and rounded once).
 """
 
 import triton
@@ -175,18 +176,46 @@ def delta_chunk_intra_kernel(
     o_c = tl.arange(0, BC)
 
     # A: the decayed score and Gram blocks.
-    for I in tl.static_range(NC):
-        o_i = ts + I * BC + o_c
-        m_i = o_i < te
-        for J in tl.static_range(NC):
-            p_blk = (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
-            if J <= I:
-                blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, GATE, PREC)
-            else:
-                blk_q = tl.zeros([BC, BC], dtype=tl.float32)
-                blk_k = tl.zeros([BC, BC], dtype=tl.float32)
-            tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
-            tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
+    if GATE == 2:
+        for I in tl.static_range(NC):
+            o_i = ts + I * BC + o_c
+            m_i = o_i < te
+            for J in tl.static_range(NC):
+                p_blk = (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
+                if J <= I:
+                    blk_q, blk_k = gram_block(
+                        q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, GATE, PREC
+                    )
+                else:
+                    blk_q = tl.zeros([BC, BC], dtype=tl.float32)
+                    blk_k = tl.zeros([BC, BC], dtype=tl.float32)
+                tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
+                tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
+    else:
+        # Scalar (or no) gates factor out of the sums: the whole chunk in
+        # two products per K tile, then exp(b_i - b_j) on the lower triangle
+        # (no 16 x 16 blocks, which per-channel gates need).
+        o_r = ts + tl.arange(0, BT)
+        m_r = o_r < te
+        o_rr = tl.arange(0, BT)
+        acc_q = tl.zeros([BT, BT], dtype=tl.float32)
+        acc_k = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_k in range(0, tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_k = o_k < K
+            b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
+            acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+            acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+        valid = m_r[:, None] & m_r[None, :]
+        keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
+        keep_k = valid & (o_rr[:, None] > o_rr[None, :])
+        diff = tl.zeros([BT, BT], dtype=tl.float32)
+        if GATE == 1:
+            b_b = tl.load(gc + o_r * HV + i_h, mask=m_r, other=0)
+            diff = b_b[:, None] - b_b[None, :]
+        p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
+        tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
+        tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
     tl.debug_barrier()
 
     # B: Tinv = (I + diag(beta) G)^-1, block row by block row.
