@@ -3,8 +3,9 @@ on the same buffers (shared over DLPack, no copy), each call checked against
 a plain float64 reference.
 
 Every op family runs forward and backward in both frameworks: the two
-cumsums, recurrent / chunk / lightning linear attention on a packed batch,
-and flash attention (causal, grouped queries, sinks).  For each, the table
+cumsums, recurrent / chunk / lightning linear attention and the gated delta
+rule (both modes) on a packed batch, and flash attention (causal, grouped
+queries, sinks).  For each, the table
 shows the largest relative error (rms of the difference over rms of the
 reference) of the outputs and of every gradient against the float64
 reference, for each framework, and whether the two frameworks' results are
@@ -38,6 +39,7 @@ import jax_api  # noqa: E402
 import torch_api  # noqa: E402
 from tests.reference import cumsum_ref, cumsum_vjp_ref  # noqa: E402
 from tests.reference_attention import attention_ref  # noqa: E402
+from tests.reference_delta import delta_rule_ref  # noqa: E402
 from tests.reference_linear import lightning_g_gamma, linear_attention_ref  # noqa: E402
 
 TOLERANCE = 1e-5  # float32
@@ -109,6 +111,12 @@ def _cases(device):
     att = {"query": rnd(B, Tq, 8, D), "key": rnd(B, Tq, 2, D), "value": rnd(B, Tq, 2, D)}
     att["softmax_aux"] = rnd(8)
     d_att = (rnd(B, Tq, 8, D),)
+    # Delta rule: 1 key head, 2 value heads (Qwen3-Next groups value heads
+    # on key heads), L2-normalised q and k.
+    delta = {"query": rnd(1, T, 1, K), "key": rnd(1, T, 1, K), "value": rnd(1, T, 2, V)}
+    delta["beta"] = torch.sigmoid(rnd(1, T, 2))
+    delta["initial_state"] = rnd(3, 2, K, V, scale=0.1)
+    d_delta = (rnd(1, T, 2, V), rnd(3, 2, K, V))
 
     def lin_ref(inputs, d, **kw):
         arrays = {n: _np(t) for n, t in inputs.items() if n != "cu_seqlens"}
@@ -136,6 +144,11 @@ def _cases(device):
         q, k, v = (_np(inputs[n]) for n in ("query", "key", "value"))
         r = attention_ref(q, k, v, softmax_aux=_np(inputs["softmax_aux"]), causal=True, do=_np(d[0]))
         return (r["out"],), {"query": r["dq"], "key": r["dk"], "value": r["dv"], "softmax_aux": r["dsink"]}
+
+    def delta_ref(inputs, d):
+        arrays = {n: _np(t) for n, t in inputs.items() if n != "cu_seqlens"}
+        out, final, grads = delta_rule_ref(arrays, None, cu, True, (_np(d[0]), _np(d[1])))
+        return (out, final), grads
 
     local = lambda api, s, cu_seqlens: api.chunk_local_cumsum(s, 16, reverse=True, cu_seqlens=cu_seqlens)  # noqa: E731
     glob = lambda api, s, cu_seqlens: api.chunk_global_cumsum(s, softmax_scale=0.5, cu_seqlens=cu_seqlens)  # noqa: E731
@@ -169,6 +182,22 @@ def _cases(device):
             {**lin, "cu_seqlens": cu_t},
             d_lin,
             lightning_ref,
+        ),
+        "gated_delta_rule(g, chunk, l2norm)": (
+            lambda api, **t: api.gated_delta_rule(
+                **t, use_qk_l2norm=True, mode="chunk", output_final_state=True
+            ),
+            {**delta, "g": logsig(1, T, 2), "cu_seqlens": cu_t},
+            d_delta,
+            delta_ref,
+        ),
+        "gated_delta_rule(gk, recurrent, l2norm)": (
+            lambda api, **t: api.gated_delta_rule(
+                **t, use_qk_l2norm=True, mode="recurrent", output_final_state=True
+            ),
+            {**delta, "gk": logsig(1, T, 2, K), "cu_seqlens": cu_t},
+            d_delta,
+            delta_ref,
         ),
         "flash_attention(causal, GQA 8/2, sinks)": (
             lambda api, **t: api.flash_attention(**t, causal=True),
