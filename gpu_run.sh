@@ -72,7 +72,7 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
     -m "not xdist_group" --dist worksteal --maxfail=30 -W ignore::DeprecationWarning --durations=15 -rfE ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests.log"
   [ -n "${SKIP_BIG:-}" ] || XLA_PYTHON_CLIENT_ALLOCATOR=platform TWINKERNELS_REPORT="$out/report-big.txt" timeout "${BIG_TESTS_TIMEOUT:-300}" python3 -m pytest ${TESTS:-tests} -q -p no:cacheprovider -p no:xdist \
     -m xdist_group -W ignore::DeprecationWarning --durations=5 -rfE --tb=short ${PYTEST_ARGS:-} 2>&1 | tee "$out/tests-big.log"
-  [ -n "${SKIP_DEMO:-}" ] || timeout 120 python3 demo.py 2>&1 | tee "$out/demo.log"
+  [ -n "${SKIP_DEMO:-}" ] || timeout 300 python3 demo.py 2>&1 | tee "$out/demo.log"
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   TWINKERNELS_BENCH_DIR="$out" timeout "${BENCH_TIMEOUT:-540}" python3 -m bench ${BENCH:-} 2>&1 | tee "$out/bench.log"
