@@ -35,19 +35,19 @@ def lint(session):
 @nox.session(tags=["tests"])
 def tests_torch(session):
     _install(session, "torch,test,models")
-    session.run("pytest", "-n", "2", "tests/core", "tests/torch", *session.posargs)
+    session.run("pytest", "-n", "2", "--durations=25", "tests/core", "tests/torch", *session.posargs)
 
 
 @nox.session(tags=["tests"])
 def tests_jax(session):
     _install(session, "jax,interpret,test")
-    session.run("pytest", "-n", "2", "tests/core", "tests/jax", *session.posargs)
+    session.run("pytest", "-n", "2", "--durations=25", "tests/core", "tests/jax", *session.posargs)
 
 
 @nox.session(tags=["tests"])
 def tests_cross(session):
     _install(session, "jax,torch,test")
-    session.run("pytest", "tests/cross", *session.posargs)
+    session.run("pytest", "--durations=10", "tests/cross", *session.posargs)
 
 
 @nox.session
