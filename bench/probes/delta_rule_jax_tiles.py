@@ -15,7 +15,7 @@ import jax_api
 import torch_api
 from bench.common import timed
 from bench.delta_rule import _inputs, _jax_pair, _ours, _torch_pair
-from core_triton.delta_rule import chunk, gated_delta_rule
+from bench.probes.delta_rule_profile import use_tiles
 
 VARIANTS = json.loads(os.environ.get("TILES", '[{}, {"state": {"BV": 32}}, {"output": {"num_stages": 1}}]'))
 
@@ -23,9 +23,7 @@ VARIANTS = json.loads(os.environ.get("TILES", '[{}, {"state": {"BV": 32}}, {"out
 def main():
     x, cu = _inputs(torch, "gdn", 4, 4096, 0)
     for tiles in VARIANTS:
-        chunk.TILE_OVERRIDES.clear()
-        chunk.TILE_OVERRIDES.update(tiles)
-        gated_delta_rule._make_plans.cache_clear()
+        use_tiles(tiles)
         fwd_t, _ = _torch_pair(torch, _ours(torch_api), x, cu)
         fwd_j, _ = _jax_pair(jax, jnp, _ours(jax_api), x, cu)
         t = timed(fwd_t, lambda _: torch.cuda.synchronize())

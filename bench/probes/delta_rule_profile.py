@@ -22,6 +22,14 @@ from bench.delta_rule import _fla, _inputs, _ours
 from core_triton.delta_rule import chunk, gated_delta_rule
 
 
+def use_tiles(tiles: dict) -> None:
+    """Plan the chunk mode with ``tiles`` (chunk.TILE_OVERRIDES) from the
+    next call on."""
+    chunk.TILE_OVERRIDES.clear()
+    chunk.TILE_OVERRIDES.update(tiles)
+    gated_delta_rule._make_plans.cache_clear()
+
+
 def profile(fn, label, reps=5):
     fn()
     torch.cuda.synchronize()
@@ -54,9 +62,7 @@ def main(argv):
         print("no fla:", e)
     for name, fn, tiles in impls:
         if tiles is not None:
-            chunk.TILE_OVERRIDES.clear()
-            chunk.TILE_OVERRIDES.update(tiles)
-            gated_delta_rule._make_plans.cache_clear()
+            use_tiles(tiles)
 
         def fwd(fn=fn):
             with torch.no_grad():

@@ -20,8 +20,9 @@ One program per (chunk slot, batch row x value head), in three phases that
 hand over through global memory (each program reads back only what it
 wrote, after a barrier):
 
-A. ``P`` and ``G`` in ``BC x BC`` blocks (chunk_common.py: per-channel
-   decays need the blocks) -> ``aqk``, ``gkk``;
+A. ``P`` and ``G``: whole-chunk products for scalar (or no) gates, ``BC x
+   BC`` blocks for per-channel ones (chunk_common.py: their decays need the
+   blocks) -> ``aqk``, ``gkk``;
 B. ``Tinv`` block by block: the diagonal blocks by forward substitution,
    then ``Tinv[I, J] = -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]``
    with ``L = diag(beta) G``, in full float32 -> ``tinv``;
@@ -58,11 +59,11 @@ def gram_block(
     K: tl.constexpr,
     BC: tl.constexpr,
     BK: tl.constexpr,
-    GATE: tl.constexpr,
     PREC: tl.constexpr,
 ):
     """Block ``(I, J)`` (``J <= I``) of ``P`` (diagonal included) and of
-    ``G`` (strictly lower), ``[BC, BC]`` float32 each."""
+    ``G`` (strictly lower), ``[BC, BC]`` float32 each, for per-channel
+    gates (scalar gates take the whole chunk at once in the kernel)."""
     o_c = tl.arange(0, BC)
     o_i = ts + I * BC + o_c
     o_j = ts + J * BC + o_c
@@ -77,55 +78,38 @@ def gram_block(
         keep_k = valid
     acc_q = tl.zeros([BC, BC], dtype=tl.float32)
     acc_k = tl.zeros([BC, BC], dtype=tl.float32)
-    if GATE == 2:
-        # Block I's first row (the chunk's last when block I lies past it).
-        r = tl.minimum(ts + I * BC, te - 1)
-        for i_k in range(0, tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_k = o_k < K
-            b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
-            b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
-            b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-            if I == J:
-                # Column by column: exp(b_i - b_j) per channel, rows i >= j.
-                for jj in range(0, BC):
-                    row_j = ts + J * BC + jj
-                    m_kj = o_k < tl.where(
-                        row_j < te, K, 0
-                    )  # (a vector test: the interpreter refuses a scalar in a mask)
-                    b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
-                    b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
-                    seen = (o_c >= jj) & m_i
-                    e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
-                    col = o_c[None, :] == jj
-                    acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
-                    acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
-            else:
-                b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
-                e_i = tl.exp(tl.where(m_i[:, None], b_bi - b_br[None, :], 0.0))
-                b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
-                b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
-                b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
-                acc_q += dot(b_q * e_i, b_kjt, PREC)
-                acc_k += dot(b_ki * e_i, b_kjt, PREC)
-        acc_q = tl.where(keep_q, acc_q, 0.0)
-        acc_k = tl.where(keep_k, acc_k, 0.0)
-    else:
-        for i_k in range(0, tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_k = o_k < K
-            b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k)
-            b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k)
-            b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k)
-            acc_q += dot(b_q, b_kjt, PREC)
-            acc_k += dot(b_ki, b_kjt, PREC)
-        diff = tl.zeros([BC, BC], dtype=tl.float32)
-        if GATE == 1:
-            b_bi = tl.load(gc + o_i * HV + i_h, mask=m_i, other=0)
-            b_bj = tl.load(gc + o_j * HV + i_h, mask=m_j, other=0)
-            diff = b_bi[:, None] - b_bj[None, :]
-        acc_q = acc_q * tl.exp(tl.where(keep_q, diff, float("-inf")))
-        acc_k = acc_k * tl.exp(tl.where(keep_k, diff, float("-inf")))
+    # Block I's first row (the chunk's last when block I lies past it).
+    r = tl.minimum(ts + I * BC, te - 1)
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
+        if I == J:
+            # Column by column: exp(b_i - b_j) per channel, rows i >= j.
+            for jj in range(0, BC):
+                row_j = ts + J * BC + jj
+                m_kj = o_k < tl.where(
+                    row_j < te, K, 0
+                )  # (a vector test: the interpreter refuses a scalar in a mask)
+                b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
+                b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
+                seen = (o_c >= jj) & m_i
+                e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
+                col = o_c[None, :] == jj
+                acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+                acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+        else:
+            b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
+            e_i = tl.exp(tl.where(m_i[:, None], b_bi - b_br[None, :], 0.0))
+            b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
+            b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
+            b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
+            acc_q += dot(b_q * e_i, b_kjt, PREC)
+            acc_k += dot(b_ki * e_i, b_kjt, PREC)
+    acc_q = tl.where(keep_q, acc_q, 0.0)
+    acc_k = tl.where(keep_k, acc_k, 0.0)
     return acc_q, acc_k
 
 
@@ -183,9 +167,7 @@ def delta_chunk_intra_kernel(
             for J in tl.static_range(NC):
                 p_blk = (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
                 if J <= I:
-                    blk_q, blk_k = gram_block(
-                        q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, GATE, PREC
-                    )
+                    blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
                 else:
                     blk_q = tl.zeros([BC, BC], dtype=tl.float32)
                     blk_k = tl.zeros([BC, BC], dtype=tl.float32)
