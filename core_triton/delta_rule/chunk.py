@@ -5,8 +5,8 @@ token):
 
 1. ``gc``: the in-chunk cumsum of ``g`` / ``gk`` (the cumsum kernel,
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
-2. ``aqk``, ``gkk``, ``tinv``, ``w``, ``uv``: per-chunk quantities
-   (chunk_intra.py);
+2. ``aqk``, ``gkk``, ``tinv``: per-chunk matrices (chunk_intra.py), and
+   ``w``, ``uv``, ``kd`` (chunk_fwd_wu.py);
 3. ``h``, ``u``, ``final``: the state entering each chunk and the chunks'
    delta updates (chunk_fwd_state.py);
 4. ``o`` (chunk_fwd_output.py).
@@ -40,6 +40,7 @@ from core_triton.delta_rule.chunk_bwd_dv import delta_chunk_bwd_dv_kernel
 from core_triton.delta_rule.chunk_bwd_state import delta_chunk_state_bwd_kernel
 from core_triton.delta_rule.chunk_fwd_output import delta_chunk_output_kernel
 from core_triton.delta_rule.chunk_fwd_state import delta_chunk_state_kernel
+from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_wu_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 
 # Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
@@ -52,7 +53,7 @@ BLOCK = 16
 TILE_OVERRIDES: dict[str, dict] = {}
 
 
-def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
+def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) -> dict:
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     # The forward state pass takes value tiles of 64 up to K = 128 (measured on
     # the H100 at B4 T4k HV32 K=V=128: 0.44 ms against 0.48 ms with 32, which
@@ -60,7 +61,14 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
     # [K, BV] lives in registers); the backward one keeps 32.  Shared memory
     # (their loop loads W, Kd and Uv per chunk) sets the pipelining.
     t = {
-        "intra": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
+        # The triangular inverse wants few warps (its row sums then stay
+        # inside one), the per-channel blocks' products more (H100, B4 T4k
+        # HV32 K=V=128 bf16: scalar gates 0.60 ms with 2 warps, 0.72 with 1,
+        # 0.79 with 4; per-channel 3.0 ms with 4, 3.3 with 2).
+        "intra": dict(
+            BK=min(kp, 64), BV=min(vp, 64), num_warps=4 if gate == VECTOR_GATE else 2, num_stages=1
+        ),
+        "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
         "state": dict(
             BK=kp, BV=min(vp, 64 if kp <= 128 else 32), num_warps=4, num_stages=2 if kp <= 128 else 1
@@ -74,7 +82,8 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool) -> dict:
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
         t.update(
-            BK=min(t["BK"], 32 if kernel in ("intra", "output", "bwd_dv") else t["BK"]), BV=min(t["BV"], 32)
+            BK=min(t["BK"], 32 if kernel in ("intra", "wu", "output", "bwd_dv") else t["BK"]),
+            BV=min(t["BV"], 32),
         )
     return {**t, **TILE_OVERRIDES.get(kernel, {})}
 
@@ -126,7 +135,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
 
     def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=()):
-        t = _tiles(name, K, V, interpreted)
+        t = _tiles(name, K, V, interpreted, a.gate)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         for key in drop:
             t.pop(key)
@@ -155,21 +164,35 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
         pre += [_renamed(p, {"x": gate}, ("gc",)) for p in cum.forward]
     normalize = steps.normalize(a)
-    intra = tiled(
-        "intra",
-        delta_chunk_intra_kernel,
+
+    def intra_plan(store_bwd):
+        # The forward of scalar (or no) gates keeps P and G in registers
+        # (the output kernel forms P itself); the backward, which runs this
+        # again, needs both whole.
+        kept = per_chunk if store_bwd or a.gate == VECTOR_GATE else OutputSpec((1,), "float32")
+        return tiled(
+            "intra",
+            delta_chunk_intra_kernel,
+            lambda t: (NS, B * HV),
+            params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
+            outputs=(kept, kept, per_chunk),
+            output_names=("aqk", "gkk", "tinv"),
+            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd),
+            drop=("BV",),
+        )
+
+    wu = tiled(
+        "wu",
+        delta_chunk_wu_kernel,
         lambda t: (NS, B * HV),
-        params=(In(q), In(k), In("value"), In("beta"), gc, cu, co, *slot_sizes),
+        params=(In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
         outputs=(
-            per_chunk,
-            per_chunk,
-            per_chunk,
             OutputSpec((B, T, HV, K), inter),
             OutputSpec((B, T, HV, V), inter),
             OutputSpec((B, T, HV, K), inter),
         ),
-        output_names=("aqk", "gkk", "tinv", "w", "uv", "kd"),
-        constexprs=dict(flags, BC=BLOCK),
+        output_names=("w", "uv", "kd"),
+        constexprs=flags,
     )
     state = tiled(
         "state",
@@ -188,12 +211,12 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         "output",
         delta_chunk_output_kernel,
         lambda t: (cdiv(V, t["BV"]), NS, B * HV),
-        params=(In(q), gc, In("h"), In("aqk"), In("u"), cu, co, a.scale, *slot_sizes),
+        params=(In(q), In(k), gc, In("h"), In("aqk"), In("u"), cu, co, a.scale, *slot_sizes),
         outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill),),
         output_names=("o",),
         constexprs=flags,
     )
-    forward = (*pre, *normalize, intra, state, output)
+    forward = (*pre, *normalize, intra_plan(False), wu, state, output)
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
     NK = cdiv(K, bwd_t["BK"])
@@ -288,7 +311,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     )
     backward = [
         *normalize,
-        intra,
+        intra_plan(True),
+        wu,
         state,
         state_bwd,
         bwd_dv,

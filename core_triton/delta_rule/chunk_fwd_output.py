@@ -5,7 +5,9 @@ One program per (V tile, chunk slot, batch row x value head):
     o = scale * ((q * exp(b)) h[slot] + P U)
 
 with ``h[slot]`` the state entering the chunk and ``U`` its delta updates
-(chunk_fwd_state.py), ``P`` the decayed scores (chunk_intra.py).  Value head
+(chunk_fwd_state.py), ``P`` the decayed scores: read from ``aqk`` for
+per-channel gates (chunk_intra.py), formed here from ``q k^T`` for scalar
+(or no) gates, which saves its float32 round trip.  Value head
 ``h`` reads query head ``h // (HV // HK)``.  Output ``o [B*T, HV, V]`` in
 the inputs' dtype.
 """
@@ -15,12 +17,13 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import rows_tile
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def delta_chunk_output_kernel(
     q,
+    k,
     gc,
     h,
     aqk,
@@ -64,6 +67,7 @@ def delta_chunk_output_kernel(
     h_base = h + (slot * HV + i_h) * K * V
 
     acc = tl.zeros([BT, BV], dtype=tl.float32)
+    acc_p = tl.zeros([BT, BT], dtype=tl.float32)
     for i_k in range(0, tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
@@ -73,16 +77,20 @@ def delta_chunk_output_kernel(
         b_h = tl.load(
             h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
         )
+        if GATE != 2:
+            acc_p += dot(b_q, rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k), PREC)
         # In h's dtype: the inputs' for half inputs (chunk.py).
         acc += dot(b_q.to(b_h.dtype), b_h, PREC)
-    if GATE == 1:
-        acc = acc * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[:, None]
     o_tt = tl.arange(0, BT)
-    b_p = tl.load(
-        aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :],
-        mask=m_t[:, None] & (o_tt[None, :] <= o_tt[:, None]),
-        other=0,
-    )
+    keep = m_t[:, None] & (o_tt[None, :] <= o_tt[:, None])
+    if GATE == 2:
+        b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+    elif GATE == 1:
+        b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
+        acc = acc * tl.exp(b_g)[:, None]
+        b_p = acc_p * tl.exp(tl.where(keep, b_g[:, None] - b_g[None, :], float("-inf")))
+    else:
+        b_p = tl.where(keep, acc_p, 0.0)
     b_u = rows_tile(u, o_t, m_t, HV, i_h, V, o_v, m_v)
     out = (acc + dot(b_p.to(b_u.dtype), b_u, PREC)) * scale
     tl.store(

@@ -16,22 +16,25 @@ leaving it ``exp(b_last) S + Kd^T U`` (the WY / UT form of the product of
 the chunk's Householder-like factors; chunk_fwd_state.py carries ``S``).
 
 
-One program per (chunk slot, batch row x value head), in three phases that
-hand over through global memory (each program reads back only what it
-wrote, after a barrier):
+One program per (chunk slot, batch row x value head), in two phases:
 
-A. ``P`` and ``G``: whole-chunk products for scalar (or no) gates, ``BC x
-   BC`` blocks for per-channel ones (chunk_common.py: their decays need the
-   blocks) -> ``aqk``, ``gkk``;
-B. ``Tinv`` block by block: the diagonal blocks by forward substitution,
-   then ``Tinv[I, J] = -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]``
-   with ``L = diag(beta) G``, in full float32 -> ``tinv``;
-C. ``W`` and ``Uv`` from the whole ``[BT, BT]`` inverse, and ``Kd``.
+A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
+   their decays need the blocks) -> ``aqk``, ``gkk``, read back in blocks
+   after a barrier (each program reads only what it wrote).  Scalar (or
+   no) gates: in the backward (``STORE_BWD``), whole-chunk products ->
+   ``aqk``, ``gkk``, read back the same way; in the forward, ``G``'s
+   blocks straight from ``k``'s, and neither is stored (the output kernel
+   forms ``P`` itself);
+B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
+   4): the diagonal blocks by forward substitution, then ``Tinv[I, J] =
+   -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]`` with ``L = diag(beta)
+   G``, in full float32 -> ``tinv``.
+
+Its launch wants few warps (the substitution's row sums then stay inside a
+warp): W, Uv and Kd, which want big products, are chunk_fwd_wu.py's.
 
 Outputs: ``aqk``, ``gkk``, ``tinv`` ``[B*T, HV, BT]`` float32 (every
-column written, zeros above the diagonal), ``w``, ``kd`` ``[B*T, HV, K]``
-and ``uv [B*T, HV, V]`` (float32, or the inputs' dtype for half inputs:
-chunk.py; computed in float32 and rounded once).
+column written, zeros above the diagonal; ``aqk`` and ``gkk`` as said).
 """
 
 import triton
@@ -113,11 +116,105 @@ def gram_block(
     return acc_q, acc_k
 
 
+@triton.jit
+def l_block(
+    gkk,
+    beta,
+    ts,
+    te,
+    i_h,
+    I: tl.constexpr,
+    J: tl.constexpr,
+    HV: tl.constexpr,
+    BT: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """Block ``(I, J)`` of ``L = diag(beta) G``, ``[BC, BC]`` float32, from
+    ``gkk`` (0 past the chunk's end)."""
+    o_c = tl.arange(0, BC)
+    o_i = ts + I * BC + o_c
+    m_i = o_i < te
+    b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
+    b_g = tl.load(gkk + (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :], mask=m_i[:, None], other=0)
+    return b_g * b_beta[:, None]
+
+
+@triton.jit
+def l_of(
+    k,
+    gkk,
+    beta,
+    gc,
+    ts,
+    te,
+    i_h,
+    i_hk,
+    I: tl.constexpr,
+    J: tl.constexpr,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    BT: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    GATE: tl.constexpr,
+    FROM_GKK: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Block ``(I, J)`` (``J <= I``) of ``L = diag(beta) G``, ``[BC, BC]``
+    float32, 0 past the chunk's end: read from ``gkk``, or (scalar or no
+    gates) its own product of ``k``'s blocks."""
+    if FROM_GKK:
+        out = l_block(gkk, beta, ts, te, i_h, I, J, HV, BT, BC)
+    else:
+        o_c = tl.arange(0, BC)
+        o_i = ts + I * BC + o_c
+        o_j = ts + J * BC + o_c
+        m_i = o_i < te
+        m_j = o_j < te
+        acc = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_k in range(0, tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_k = o_k < K
+            b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k)
+            acc += dot(b_ki, rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k), PREC)
+        keep = m_i[:, None] & m_j[None, :]
+        if I == J:
+            keep = keep & (o_c[:, None] > o_c[None, :])
+        diff = tl.zeros([BC, BC], dtype=tl.float32)
+        if GATE == 1:
+            diff = (
+                tl.load(gc + o_i * HV + i_h, mask=m_i, other=0)[:, None]
+                - tl.load(gc + o_j * HV + i_h, mask=m_j, other=0)[None, :]
+            )
+        b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
+        out = acc * tl.exp(tl.where(keep, diff, float("-inf"))) * b_beta[:, None]
+    return out
+
+
+@triton.jit
+def store_block(
+    p,
+    blk,
+    ts,
+    te,
+    i_h,
+    I: tl.constexpr,
+    J: tl.constexpr,
+    HV: tl.constexpr,
+    BT: tl.constexpr,
+    BC: tl.constexpr,
+):
+    """Store block ``(I, J)`` of a per-chunk ``[B*T, HV, BT]`` matrix."""
+    o_c = tl.arange(0, BC)
+    o_i = ts + I * BC + o_c
+    tl.store(p + (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :], blk, mask=(o_i < te)[:, None])
+
+
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def delta_chunk_intra_kernel(
     q,
     k,
-    v,
     beta,
     gc,
     cu_seqlens,
@@ -130,9 +227,6 @@ def delta_chunk_intra_kernel(
     aqk,
     gkk,
     tinv,
-    w,
-    uv,
-    kd,
     HK: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -140,13 +234,16 @@ def delta_chunk_intra_kernel(
     BT: tl.constexpr,
     BC: tl.constexpr,
     BK: tl.constexpr,
-    BV: tl.constexpr,
     GATE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STORE_BWD: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
+    # L's blocks come back from gkk (per-channel gates, and the backward,
+    # which needs G whole), or straight from K's blocks (scalar gates).
+    FROM_GKK: tl.constexpr = GATE == 2 or STORE_BWD
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // HV
@@ -159,7 +256,7 @@ def delta_chunk_intra_kernel(
         return  # a spare slot of packed input
     o_c = tl.arange(0, BC)
 
-    # A: the decayed score and Gram blocks.
+    # A: the decayed scores P -> aqk and Gram matrix G -> gkk.
     if GATE == 2:
         for I in tl.static_range(NC):
             o_i = ts + I * BC + o_c
@@ -173,7 +270,7 @@ def delta_chunk_intra_kernel(
                     blk_k = tl.zeros([BC, BC], dtype=tl.float32)
                 tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
                 tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
-    else:
+    elif STORE_BWD:
         # Scalar (or no) gates factor out of the sums: the whole chunk in
         # two products per K tile, then exp(b_i - b_j) on the lower triangle
         # (no 16 x 16 blocks, which per-channel gates need).
@@ -198,68 +295,51 @@ def delta_chunk_intra_kernel(
         p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
         tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
         tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
-    tl.debug_barrier()
-
-    # B: Tinv = (I + diag(beta) G)^-1, block row by block row.
-    for I in tl.static_range(NC):
-        o_i = ts + I * BC + o_c
-        m_i = o_i < te
-        b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
-        p_row = (o_i[:, None] * HV + i_h) * BT + o_c[None, :]
-        L_ii = b_beta[:, None] * tl.load(gkk + p_row + I * BC, mask=m_i[:, None], other=0)
-        T_ii = unit_lower_inverse(L_ii, BC)
-        tl.store(tinv + p_row + I * BC, T_ii, mask=m_i[:, None])
-        for J in tl.static_range(NC):
-            if J < I:
-                acc = tl.zeros([BC, BC], dtype=tl.float32)
-                for M in tl.static_range(NC):
-                    if M >= J:
-                        if M < I:
-                            o_m = ts + M * BC + o_c
-                            L_im = b_beta[:, None] * tl.load(gkk + p_row + M * BC, mask=m_i[:, None], other=0)
-                            p_mj = (o_m[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
-                            T_mj = tl.load(tinv + p_mj, mask=(o_m < te)[:, None], other=0)
-                            acc += dot(L_im, T_mj, "ieee")
-                tl.store(tinv + p_row + J * BC, -dot(T_ii, acc, "ieee"), mask=m_i[:, None])
-            if J > I:
-                tl.store(tinv + p_row + J * BC, tl.zeros([BC, BC], dtype=tl.float32), mask=m_i[:, None])
+    if FROM_GKK:
         tl.debug_barrier()
 
-    # C: W and Uv from the whole inverse.
-    o_t = ts + tl.arange(0, BT)
-    m_t = o_t < te
-    o_tt = tl.arange(0, BT)
-    b_tinv = tl.load(
-        tinv + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :],
-        mask=m_t[:, None] & (o_tt[None, :] <= o_tt[:, None]),
-        other=0,
+    # B: Tinv's blocks in registers (the names: block row, block column).
+    t00 = unit_lower_inverse(
+        l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
     )
-    b_beta = tl.load(beta + o_t * HV + i_h, mask=m_t, other=0).to(tl.float32)
-    last = te - 1
-    decay = tl.where(m_t, 1.0, 0.0)  # exp(b) per row (scalar gates)
-    decay_last = tl.where(m_t, 1.0, 0.0)  # exp(b_last - b) per row
-    if GATE == 1:
-        b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
-        decay = tl.exp(b_g)
-        decay_last = tl.exp(tl.where(m_t, tl.load(gc + last * HV + i_h) - b_g, float("-inf")))
-    for i_k in range(0, tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
-        if GATE == 2:
-            b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
-            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
-            b_kb = b_k * tl.exp(b_gk) * b_beta[:, None]
-            b_kd = b_k * tl.exp(tl.where(m_t[:, None], g_last[None, :] - b_gk, float("-inf")))
-        else:
-            b_kb = b_k * (decay * b_beta)[:, None]
-            b_kd = b_k * decay_last[:, None]
-        p_w = (o_t[:, None] * HV + i_h) * K + o_k[None, :]
-        tl.store(w + p_w, dot(b_tinv, b_kb, PREC), mask=m_t[:, None] & m_k[None, :])
-        tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
-    for i_v in range(0, tl.cdiv(V, BV)):
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_v = o_v < V
-        b_v = rows_tile(v, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32) * b_beta[:, None]
-        p_u = (o_t[:, None] * HV + i_h) * V + o_v[None, :]
-        tl.store(uv + p_u, dot(b_tinv, b_v, PREC), mask=m_t[:, None] & m_v[None, :])
+    if NC > 1:
+        l10 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        t11 = unit_lower_inverse(
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+        )
+        t10 = -dot(t11, dot(l10, t00, "ieee"), "ieee")
+    if NC > 2:
+        l20 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l21 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        t22 = unit_lower_inverse(
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+        )
+        t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
+        t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
+        l30 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l31 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l32 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        t33 = unit_lower_inverse(
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+        )
+        t32 = -dot(t33, dot(l32, t22, "ieee"), "ieee")
+        t31 = -dot(t33, dot(l31, t11, "ieee") + dot(l32, t21, "ieee"), "ieee")
+        t30 = -dot(t33, dot(l30, t00, "ieee") + dot(l31, t10, "ieee") + dot(l32, t20, "ieee"), "ieee")
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    store_block(tinv, t00, ts, te, i_h, 0, 0, HV, BT, BC)
+    for J in tl.static_range(1, NC):
+        store_block(tinv, zero, ts, te, i_h, 0, J, HV, BT, BC)
+    if NC > 1:
+        store_block(tinv, t10, ts, te, i_h, 1, 0, HV, BT, BC)
+        store_block(tinv, t11, ts, te, i_h, 1, 1, HV, BT, BC)
+        for J in tl.static_range(2, NC):
+            store_block(tinv, zero, ts, te, i_h, 1, J, HV, BT, BC)
+    if NC > 2:
+        store_block(tinv, t20, ts, te, i_h, 2, 0, HV, BT, BC)
+        store_block(tinv, t21, ts, te, i_h, 2, 1, HV, BT, BC)
+        store_block(tinv, t22, ts, te, i_h, 2, 2, HV, BT, BC)
+        store_block(tinv, zero, ts, te, i_h, 2, 3, HV, BT, BC)
+        store_block(tinv, t30, ts, te, i_h, 3, 0, HV, BT, BC)
+        store_block(tinv, t31, ts, te, i_h, 3, 1, HV, BT, BC)
+        store_block(tinv, t32, ts, te, i_h, 3, 2, HV, BT, BC)
+        store_block(tinv, t33, ts, te, i_h, 3, 3, HV, BT, BC)
