@@ -48,6 +48,10 @@ from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 CHUNK = 64
 BLOCK = 16
 
+# Scalar (or no) gates: the forward's intra kernel stores P for the output
+# kernel (True), or the output kernel forms it from q k^T (False).
+P_IN_INTRA = True
+
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
 TILE_OVERRIDES: dict[str, dict] = {}
@@ -67,7 +71,11 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         # 0.79 with 4, while it still formed P and G whole (0.39 ms since);
         # per-channel 3.0 ms with 4, 3.3 with 2).
         "intra": dict(
-            BK=min(kp, 64), BV=min(vp, 64), num_warps=4 if gate == VECTOR_GATE else 2, num_stages=1
+            BK=min(kp, 64),
+            BV=min(vp, 64),
+            num_warps=4 if gate == VECTOR_GATE else 2,
+            num_stages=1,
+            STORE_P=P_IN_INTRA,
         ),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
@@ -77,7 +85,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         ),
         # The output kernel unpipelined: 0.31 ms less than 2 stages at B4 T4k
         # HV32 K=V=128 bf16 on the H100 (2.31 against 2.62 ms for the forward).
-        "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
+        "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1, P_FROM_AQK=P_IN_INTRA),
         "state_bwd": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 64 else 1),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
@@ -168,16 +176,18 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     normalize = steps.normalize(a)
 
     def intra_plan(store_bwd):
-        # The forward of scalar (or no) gates keeps P and G in registers
-        # (the output kernel forms P itself); the backward, which runs this
-        # again, needs both whole.
-        kept = per_chunk if store_bwd or a.gate == VECTOR_GATE else OutputSpec((1,), "float32")
+        # The forward of scalar (or no) gates keeps G in registers (and P
+        # too without P_IN_INTRA); the backward, which runs this again,
+        # needs both whole.
+        scratch = OutputSpec((1,), "float32")
+        full_g = store_bwd or a.gate == VECTOR_GATE
+        full_p = full_g or _tiles("intra", K, V, interpreted, a.gate)["STORE_P"]
         return tiled(
             "intra",
             delta_chunk_intra_kernel,
             lambda t: (NS, B * HV),
             params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
-            outputs=(kept, kept, per_chunk),
+            outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
             constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd),
             drop=("BV",),

@@ -5,9 +5,9 @@ One program per (V tile, chunk slot, batch row x value head):
     o = scale * ((q * exp(b)) h[slot] + P U)
 
 with ``h[slot]`` the state entering the chunk and ``U`` its delta updates
-(chunk_fwd_state.py), ``P`` the decayed scores: read from ``aqk`` for
-per-channel gates (chunk_intra.py), formed here from ``q k^T`` for scalar
-(or no) gates, which saves its float32 round trip.  Value head
+(chunk_fwd_state.py), ``P`` the decayed scores: read from ``aqk``
+(chunk_intra.py; always for per-channel gates), or formed here from ``q
+k^T`` for scalar (or no) gates without ``P_FROM_AQK``.  Value head
 ``h`` reads query head ``h // (HV // HK)``.  Output ``o [B*T, HV, V]`` in
 the inputs' dtype.
 """
@@ -47,8 +47,10 @@ def delta_chunk_output_kernel(
     GATE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    P_FROM_AQK: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
     i_v = tl.program_id(0)
     i_s = tl.program_id(1)
     i_bh = tl.program_id(2)
@@ -77,17 +79,18 @@ def delta_chunk_output_kernel(
         b_h = tl.load(
             h_base + o_k[:, None].to(tl.int64) * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0
         )
-        if GATE != 2:
+        if not FROM_AQK:
             acc_p += dot(b_q, rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k), PREC)
         # In h's dtype: the inputs' for half inputs (chunk.py).
         acc += dot(b_q.to(b_h.dtype), b_h, PREC)
     o_tt = tl.arange(0, BT)
     keep = m_t[:, None] & (o_tt[None, :] <= o_tt[:, None])
-    if GATE == 2:
-        b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
-    elif GATE == 1:
+    if GATE == 1:
         b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
         acc = acc * tl.exp(b_g)[:, None]
+    if FROM_AQK:
+        b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+    elif GATE == 1:
         b_p = acc_p * tl.exp(tl.where(keep, b_g[:, None] - b_g[None, :], float("-inf")))
     else:
         b_p = tl.where(keep, acc_p, 0.0)

@@ -23,8 +23,8 @@ A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
    after a barrier (each program reads only what it wrote).  Scalar (or
    no) gates: in the backward (``STORE_BWD``), whole-chunk products ->
    ``aqk``, ``gkk``, read back the same way; in the forward, ``G``'s
-   blocks straight from ``k``'s, and neither is stored (the output kernel
-   forms ``P`` itself);
+   blocks straight from ``k``'s, and ``P`` whole -> ``aqk`` (``STORE_P``;
+   without it the output kernel forms ``P`` itself);
 B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
    4): the diagonal blocks by forward substitution, then ``Tinv[I, J] =
    -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]`` with ``L = diag(beta)
@@ -238,6 +238,7 @@ def delta_chunk_intra_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
     STORE_BWD: tl.constexpr,
+    STORE_P: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
@@ -270,10 +271,11 @@ def delta_chunk_intra_kernel(
                     blk_k = tl.zeros([BC, BC], dtype=tl.float32)
                 tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
                 tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
-    elif STORE_BWD:
+    elif STORE_BWD or STORE_P:
         # Scalar (or no) gates factor out of the sums: the whole chunk in
         # two products per K tile, then exp(b_i - b_j) on the lower triangle
-        # (no 16 x 16 blocks, which per-channel gates need).
+        # (no 16 x 16 blocks, which per-channel gates need); the forward
+        # (STORE_P) needs only P.
         o_r = ts + tl.arange(0, BT)
         m_r = o_r < te
         o_rr = tl.arange(0, BT)
@@ -284,7 +286,8 @@ def delta_chunk_intra_kernel(
             m_k = o_k < K
             b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
             acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
-            acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+            if STORE_BWD:
+                acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
         valid = m_r[:, None] & m_r[None, :]
         keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
         keep_k = valid & (o_rr[:, None] > o_rr[None, :])
@@ -294,7 +297,8 @@ def delta_chunk_intra_kernel(
             diff = b_b[:, None] - b_b[None, :]
         p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
         tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
-        tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
+        if STORE_BWD:
+            tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
     if FROM_GKK:
         tl.debug_barrier()
 

@@ -113,6 +113,23 @@ def chunk_size(fw, size):
         fw.clear_caches()
 
 
+@contextlib.contextmanager
+def p_in_output(fw):
+    """Plan the chunk mode's forward with the output kernel forming P itself
+    (chunk.P_IN_INTRA = False, the measured alternative)."""
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    chunk.P_IN_INTRA = False
+    gated_delta_rule._make_plans.cache_clear()
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        chunk.P_IN_INTRA = True
+        gated_delta_rule._make_plans.cache_clear()
+        fw.clear_caches()
+
+
 class DeltaRuleSuite:
     fw = None  # set by the framework's module
     # Cases that exercise the kernels and plans rather than the binding.
@@ -159,6 +176,13 @@ class DeltaRuleSuite:
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=2)
         with chunk_size(self.fw, 32):
             check_case(self.fw, self._fn("chunk"), x, cu, cots)
+
+    @pytest.mark.parametrize("gate", ["g", None])
+    def test_p_formed_in_output_kernel(self, gate):
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=9)
+        with p_in_output(self.fw):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk")], ids=str)
     def test_head_dims(self, K, V, gate):
