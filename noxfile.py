@@ -1,10 +1,14 @@
 """The test matrix and the other jobs.
 
-nox -t tests        # the README's test command: lint + the three test sessions
-nox -s tests_torch  # PyTorch binding only (Triton interpreter on CPU)
-nox -s tests_jax    # JAX binding only (interpreter via pure_callback; torch CPU
-                    # is installed because Triton's interpreter takes torch tensors)
-nox -s tests_cross  # both: DLPack hand-over, bit-identical outputs and gradients
+nox -t tests        # the README's test command: lint + the two test sessions
+                    # (tests/core, framework-free, runs in both: its binding
+                    # parts skip where their framework is not installed)
+nox -s tests_torch  # the PyTorch binding, without JAX (Triton interpreter on CPU)
+nox -s tests_jax    # the JAX binding (interpreter via pure_callback), and both
+                    # bindings together (tests/cross: DLPack hand-over,
+                    # bit-identical outputs and gradients): its environment has
+                    # torch CPU anyway, Triton's interpreter takes torch tensors
+nox -s tests_cross  # tests/cross alone
 nox -s lint         # ruff
 nox -s demo         # the main job: both frameworks on the same kernels
 nox -s gpu          # whole suite on a CUDA machine, in the current environment
@@ -14,7 +18,7 @@ nox -s bench        # benchmarks on a CUDA machine, in the current environment
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests_torch", "tests_jax", "tests_cross"]
+nox.options.sessions = ["lint", "tests_torch", "tests_jax"]
 
 # The CPU build on local disk: any other torch spec downloads a CUDA build.
 TORCH = "torch==2.13.0"
@@ -41,13 +45,17 @@ def tests_torch(session):
 @nox.session(tags=["tests"])
 def tests_jax(session):
     _install(session, "jax,interpret,test")
-    session.run("pytest", "-n", "2", "--durations=25", "tests/core", "tests/jax", *session.posargs)
+    # tests/cross here rather than in a session of its own: one virtualenv
+    # less to build, and two workers (CI time).
+    session.run(
+        "pytest", "-n", "2", "--durations=25", "tests/core", "tests/jax", "tests/cross", *session.posargs
+    )
 
 
-@nox.session(tags=["tests"])
+@nox.session
 def tests_cross(session):
     _install(session, "jax,torch,test")
-    session.run("pytest", "--durations=10", "tests/cross", *session.posargs)
+    session.run("pytest", "-n", "2", "--durations=10", "tests/cross", *session.posargs)
 
 
 @nox.session

@@ -1,11 +1,13 @@
 """One op on ``cu_seqlens`` values that break the contract, run in a child
-process (``python -m tests.packed_bounds FRAMEWORK OP CASE``).
+process (``python -m tests.packed_bounds FRAMEWORK OP CASE[,CASE...]``).
 
 Such values reach the kernels unchecked: the ops never read them on the
 host (``check_cu_seqlens`` checks them on request).  An access outside a
-tensor can corrupt the heap and still let the process finish, so each case
-runs in its own process (tests/suites/packed_bounds.py starts them); a
-crash or a failed check exits non-zero.
+tensor can corrupt the heap and still let the process finish, so each op
+runs in its own process (tests/suites/packed_bounds.py starts them), its
+cases one after another (one process per case cost CI 5-8 s of start-up
+each); a crash or a failed check exits non-zero, and the ``PASS`` lines
+printed before it say which cases had passed.
 
 What must hold (core_triton.common.sequences): every output and gradient is
 finite; tokens that no clamped sequence covers get output 0 and gradient 0;
@@ -134,7 +136,12 @@ def _run_torch(op, x, cu, cots):
     }
 
 
-def main(framework: str, op: str, case: str) -> None:
+def main(framework: str, op: str, cases: str) -> None:
+    for case in cases.split(","):
+        check(framework, op, case)
+
+
+def check(framework: str, op: str, case: str) -> None:
     run = {"jax": _run_jax, "torch": _run_torch}[framework]
     cu, valid = CASES[case]
     x, cots = _inputs(op, np.random.default_rng(0))
@@ -153,7 +160,7 @@ def main(framework: str, op: str, case: str) -> None:
         for n, g in ref_grads.items():
             got = grads[n][:, lo:hi] if g.ndim >= 2 and grads[n].shape[1] == T else grads[n]
             assert_close(got, g, "float32", f"d_{n}")
-    print("PASS", framework, op, case)
+    print("PASS", framework, op, case, flush=True)
 
 
 if __name__ == "__main__":

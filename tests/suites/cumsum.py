@@ -33,6 +33,14 @@ FULL_MATRIX = list(
 )
 
 
+# A cross-section of FULL_MATRIX in which every option takes both values
+# (indices 0, 5, 10, ...: the options are the index's bits).  A binding
+# whose kernel_cases is False runs only these: both bindings launch the same
+# plans and kernels (tests/cross checks their bits agree), so the whole
+# matrix in one of them proves the kernels, this in the other its binding.
+BINDING_MATRIX = FULL_MATRIX[::5]
+
+
 def _shape(rank, head_first, packed, T=T):
     b = 1 if packed else 2
     h, s = 3, 5
@@ -50,6 +58,12 @@ def _ids(case):
 
 class CumsumSuite:
     fw = None  # set by the framework's module
+    # False: kernel-level cases (beyond BINDING_MATRIX) are skipped.
+    kernel_cases = True
+
+    def _kernel_level(self, binding_case=False):
+        if not (self.kernel_cases or binding_case):
+            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
 
     def _run(self, op, chunk, case, dtype="float32", output_dtype=None, seed=0, cu_seqlens=CU_SEQLENS):
         rank, head_first, reverse, scale, packed = case
@@ -82,11 +96,13 @@ class CumsumSuite:
     @pytest.mark.parametrize("case", FULL_MATRIX, ids=_ids)
     @pytest.mark.parametrize("chunk", [4, 16])
     def test_local_float32(self, case, chunk):
+        self._kernel_level(case in BINDING_MATRIX and chunk == 16)
         self._run("local", chunk, case)
 
     @pytest.mark.parametrize("case", FULL_MATRIX, ids=_ids)
     @pytest.mark.parametrize("lengths", ["short", "long", "split"])
     def test_global_float32(self, case, lengths):
+        self._kernel_level(case in BINDING_MATRIX and lengths != "long")
         cu = {"short": CU_SEQLENS, "long": LONG_CU_SEQLENS, "split": SPLIT_CU_SEQLENS}[lengths]
         self._run("global", None, case, cu_seqlens=cu)
 
@@ -95,6 +111,8 @@ class CumsumSuite:
     @pytest.mark.parametrize("output_dtype", [None, "float32"])
     @pytest.mark.parametrize("case", FULL_MATRIX[::3], ids=_ids)
     def test_half_precision(self, op, dtype, output_dtype, case):
+        # Two cases (both in BINDING_MATRIX, packed and not) per dtype pair.
+        self._kernel_level(case in (FULL_MATRIX[15], FULL_MATRIX[30]))
         cu = LONG_CU_SEQLENS if op == "local" else SPLIT_CU_SEQLENS
         self._run(op, 8, case, dtype=dtype, output_dtype=output_dtype, cu_seqlens=cu)
 

@@ -367,6 +367,11 @@ class FlashAttentionSuite:
         shape, options, dtype, interpreted_too = TMA_CASES[case]
         if interpreter_requested() and not interpreted_too:
             pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
+        if interpreter_requested() and fw.name == "jax":
+            # The JAX binding refuses these kernels on a GPU (checked there):
+            # under the interpreter they are kernel-level cases, which the
+            # PyTorch binding runs (CI time).
+            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
         before = flash.TMA_FORWARD, flash.TMA_BACKWARD
         flash.set_tma_forward(halves != "bwd")
         flash.set_tma_backward(halves != "fwd")
