@@ -12,6 +12,7 @@ FW = JaxFramework()
 
 class TestJaxRecurrent(RecurrentSuite):
     fw = FW
+    kernel_cases = False
 
     def test_jit_grad_with_traced_cu_seqlens(self):
         x, cu, cots = make_case(FW, gates=("g", "g_gamma"), packed=True, h0=True, seed=12)

@@ -16,6 +16,14 @@ from tests.reference_linear import linear_attention_ref
 CU_SEQLENS = [0, 5, 5, 6, 23]
 GATE_SETS = [(), ("g",), ("g_gamma",), ("gk",), ("gv",), ("g", "g_gamma", "gk", "gv")]
 MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True], [False, True]))
+# A cross-section: per gate set, one (reverse, packed, h0) combination and
+# its complement, so every option takes both values with every gate set.  A
+# binding whose kernel_cases is False runs only these (both bindings launch
+# the same plans and kernels; tests/cross checks their bits agree).
+_COMBOS = list(itertools.product([False, True], [False, True], [False, True]))
+BINDING_MATRIX = [
+    (gates, *_COMBOS[c]) for i, gates in enumerate(GATE_SETS) for c in ((3 * i) % 8, 7 - (3 * i) % 8)
+]
 
 
 def _ids(case):
@@ -111,6 +119,8 @@ def check_case(
 
 class RecurrentSuite:
     fw = None  # set by the framework's module
+    # False: the kernel-level cases of MATRIX (beyond BINDING_MATRIX) skip.
+    kernel_cases = True
 
     def _fn(self, scale=None, reverse=False):
         api = self.fw.api
@@ -122,6 +132,8 @@ class RecurrentSuite:
 
     @pytest.mark.parametrize("case", MATRIX, ids=_ids)
     def test_matches_reference(self, case):
+        if not (self.kernel_cases or case in BINDING_MATRIX):
+            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
         gates, reverse, packed, h0 = case
         x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=h0)
         check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
