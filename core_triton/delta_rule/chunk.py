@@ -71,11 +71,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         # 0.79 with 4, while it still formed P and G whole (0.39 ms since);
         # per-channel 3.0 ms with 4, 3.3 with 2).
         "intra": dict(
-            BK=min(kp, 64),
-            BV=min(vp, 64),
-            num_warps=4 if gate == VECTOR_GATE else 2,
-            num_stages=1,
-            STORE_P=P_IN_INTRA,
+            BK=min(kp, 64), num_warps=4 if gate == VECTOR_GATE else 2, num_stages=1, STORE_P=P_IN_INTRA
         ),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
@@ -91,10 +87,9 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
     }[kernel]
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
-        t.update(
-            BK=min(t["BK"], 32 if kernel in ("intra", "wu", "output", "bwd_dv") else t["BK"]),
-            BV=min(t["BV"], 32),
-        )
+        t["BK"] = min(t["BK"], 32 if kernel in ("intra", "wu", "output", "bwd_dv") else t["BK"])
+        if "BV" in t:  # the intra kernel has no value tiles
+            t["BV"] = min(t["BV"], 32)
     return {**t, **TILE_OVERRIDES.get(kernel, {})}
 
 
@@ -190,7 +185,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
             constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd),
-            drop=("BV",),
         )
 
     wu = tiled(

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.reference import assert_close, cumsum_ref, cumsum_vjp_ref
+from tests.suites.kernel_level import KernelLevelCases
 
 # Packed sequences with an empty one in the middle and lengths that are not
 # multiples of the chunk sizes; T = 37.
@@ -34,10 +35,8 @@ FULL_MATRIX = list(
 
 
 # A cross-section of FULL_MATRIX in which every option takes both values
-# (indices 0, 5, 10, ...: the options are the index's bits).  A binding
-# whose kernel_cases is False runs only these: both bindings launch the same
-# plans and kernels (tests/cross checks their bits agree), so the whole
-# matrix in one of them proves the kernels, this in the other its binding.
+# (indices 0, 5, 10, ...: the options are the index's bits): what a binding
+# whose kernel_cases is False runs (tests/suites/kernel_level.py).
 BINDING_MATRIX = FULL_MATRIX[::5]
 
 
@@ -56,14 +55,8 @@ def _ids(case):
     return "-".join(words)
 
 
-class CumsumSuite:
+class CumsumSuite(KernelLevelCases):
     fw = None  # set by the framework's module
-    # False: kernel-level cases (beyond BINDING_MATRIX) are skipped.
-    kernel_cases = True
-
-    def _kernel_level(self, binding_case=False):
-        if not (self.kernel_cases or binding_case):
-            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
 
     def _run(self, op, chunk, case, dtype="float32", output_dtype=None, seed=0, cu_seqlens=CU_SEQLENS):
         rank, head_first, reverse, scale, packed = case

@@ -22,6 +22,7 @@ import pytest
 
 from tests.reference import assert_close
 from tests.reference_delta import delta_rule_ref
+from tests.suites.kernel_level import KernelLevelCases
 
 # Lengths 40, 0, 1, 59: chunks that start mid-chunk, an empty sequence.
 CU_SEQLENS = [0, 40, 40, 41, 100]
@@ -97,50 +98,29 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 
 
 @contextlib.contextmanager
-def chunk_size(fw, size):
-    """Plan the chunk mode with chunks of ``size`` tokens inside the block."""
+def chunk_settings(fw, **settings):
+    """Plan the chunk mode with core_triton.delta_rule.chunk's module
+    settings (``CHUNK``, ``P_IN_INTRA``) changed inside the block."""
     from core_triton.delta_rule import chunk, gated_delta_rule
 
-    before = chunk.CHUNK
-    chunk.CHUNK = size
+    before = {name: getattr(chunk, name) for name in settings}
+    for name, value in settings.items():
+        setattr(chunk, name, value)
     gated_delta_rule._make_plans.cache_clear()
     fw.clear_caches()
     try:
         yield
     finally:
-        chunk.CHUNK = before
+        for name, value in before.items():
+            setattr(chunk, name, value)
         gated_delta_rule._make_plans.cache_clear()
         fw.clear_caches()
 
 
-@contextlib.contextmanager
-def p_in_output(fw):
-    """Plan the chunk mode's forward with the output kernel forming P itself
-    (chunk.P_IN_INTRA = False, the measured alternative)."""
-    from core_triton.delta_rule import chunk, gated_delta_rule
-
-    chunk.P_IN_INTRA = False
-    gated_delta_rule._make_plans.cache_clear()
-    fw.clear_caches()
-    try:
-        yield
-    finally:
-        chunk.P_IN_INTRA = True
-        gated_delta_rule._make_plans.cache_clear()
-        fw.clear_caches()
-
-
-class DeltaRuleSuite:
+class DeltaRuleSuite(KernelLevelCases):
     fw = None  # set by the framework's module
-    # Cases that exercise the kernels and plans rather than the binding.
-    # Both bindings launch the same plans (tests/cross checks their bits
-    # agree), so a binding may run them through the other one:
-    # kernel_cases = False skips them, and matrix() picks a cross-section.
-    kernel_cases = True
-
-    def _kernel_level(self):
-        if not self.kernel_cases:
-            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
+    # kernel_cases = False (tests/suites/kernel_level.py): matrix() picks
+    # the cross-section.
 
     def _fn(self, mode, scale=None, l2=False):
         api = self.fw.api
@@ -174,14 +154,15 @@ class DeltaRuleSuite:
         self._kernel_level()
         # 32-token chunks (two row blocks): many chunks, packed mid-chunk.
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=2)
-        with chunk_size(self.fw, 32):
+        with chunk_settings(self.fw, CHUNK=32):
             check_case(self.fw, self._fn("chunk"), x, cu, cots)
 
     @pytest.mark.parametrize("gate", ["g", None])
     def test_p_formed_in_output_kernel(self, gate):
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=9)
-        with p_in_output(self.fw):
+        # The output kernel forming P itself (the measured alternative).
+        with chunk_settings(self.fw, P_IN_INTRA=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk")], ids=str)

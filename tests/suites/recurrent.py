@@ -11,15 +11,16 @@ import pytest
 
 from tests.reference import assert_close
 from tests.reference_linear import linear_attention_ref
+from tests.suites.kernel_level import KernelLevelCases
 
 # Packed sequences: an empty one, lengths of 1 and several tokens; T = 23.
 CU_SEQLENS = [0, 5, 5, 6, 23]
 GATE_SETS = [(), ("g",), ("g_gamma",), ("gk",), ("gv",), ("g", "g_gamma", "gk", "gv")]
 MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True], [False, True]))
 # A cross-section: per gate set, one (reverse, packed, h0) combination and
-# its complement, so every option takes both values with every gate set.  A
-# binding whose kernel_cases is False runs only these (both bindings launch
-# the same plans and kernels; tests/cross checks their bits agree).
+# its complement, so every option takes both values with every gate set:
+# what a binding whose kernel_cases is False runs
+# (tests/suites/kernel_level.py).
 _COMBOS = list(itertools.product([False, True], [False, True], [False, True]))
 BINDING_MATRIX = [
     (gates, *_COMBOS[c]) for i, gates in enumerate(GATE_SETS) for c in ((3 * i) % 8, 7 - (3 * i) % 8)
@@ -117,10 +118,8 @@ def check_case(
             assert_close(fw.numpy(got[name]), ref_grads[name], dtype, f"d_{name}", scale=size)
 
 
-class RecurrentSuite:
+class RecurrentSuite(KernelLevelCases):
     fw = None  # set by the framework's module
-    # False: the kernel-level cases of MATRIX (beyond BINDING_MATRIX) skip.
-    kernel_cases = True
 
     def _fn(self, scale=None, reverse=False):
         api = self.fw.api
@@ -132,8 +131,7 @@ class RecurrentSuite:
 
     @pytest.mark.parametrize("case", MATRIX, ids=_ids)
     def test_matches_reference(self, case):
-        if not (self.kernel_cases or case in BINDING_MATRIX):
-            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
+        self._kernel_level(case in BINDING_MATRIX)
         gates, reverse, packed, h0 = case
         x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=h0)
         check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
