@@ -79,7 +79,7 @@ if [ "$part" = bench ] || [ "$part" = all ]; then
 fi
 if [ "$part" = sanitize ]; then
   # compute-sanitizer's memcheck over bad-cu_seqlens cases (SANITIZE="fw:op:case ...").
-  for c in ${SANITIZE:-torch:chunk:all_wild torch:recurrent:all_wild torch:global_cumsum:last_past_seq_len}; do
+  for c in ${SANITIZE:-torch:chunk:all_wild torch:chunk_split:all_wild torch:recurrent:all_wild torch:global_cumsum:last_past_seq_len}; do
     IFS=: read -r fw op case <<< "$c"
     echo "== compute-sanitizer memcheck: $fw $op $case"
     timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 \

@@ -22,7 +22,17 @@ def main(argv):
 
     if not torch.cuda.is_available():
         sys.exit("the benchmarks need a CUDA GPU (the interpreter would time Python, not kernels)")
-    from bench import attention, cumsum, decode, delta_rule, first_call, latency, linear_attention, varlen
+    from bench import (
+        attention,
+        cumsum,
+        decode,
+        delta_rule,
+        first_call,
+        latency,
+        linear_attention,
+        long_context,
+        varlen,
+    )
 
     modules = {
         "cumsum": cumsum,
@@ -33,6 +43,7 @@ def main(argv):
         "varlen": varlen,
         "decode": decode,
         "delta_rule": delta_rule,
+        "long_context": long_context,
     }
     names = argv or list(modules)
     try:

@@ -38,9 +38,12 @@ CASES = {
     "all_wild": ([2**31 - 1, -(2**31), 35, -3, 2**30], None),
 }
 OPS = ["recurrent", "chunk", "lightning_chunk", "local_cumsum", "global_cumsum"]
-# The delta rule in both modes, on the cases that reach every clamp (CI time).
-DELTA_OPS = ["delta_chunk", "delta_recurrent"]
-DELTA_CASES = ["last_past_seq_len", "first_not_zero", "negative_and_huge", "all_wild"]
+# The delta rule in both modes, and chunk_split (chunk_linear_attn with its
+# state passes split into segments of one chunk,
+# core_triton/linear_attn/state_split.py), on the cases that reach every
+# clamp (CI time).
+CLAMP_OPS = ["delta_chunk", "delta_recurrent", "chunk_split"]
+CLAMP_CASES = ["last_past_seq_len", "first_not_zero", "negative_and_huge", "all_wild"]
 H, K, V = 2, 8, 12
 
 
@@ -84,7 +87,7 @@ def _call(api, op):
     def fn(cu_seqlens, **x):
         if op == "recurrent":
             return api.recurrent(**x, cu_seqlens=cu_seqlens)
-        if op == "chunk":
+        if op in ("chunk", "chunk_split"):
             return api.chunk_linear_attn(**x, cu_seqlens=cu_seqlens, chunk_size=16)
         if op.startswith("delta"):
             mode = op.removeprefix("delta_")
@@ -137,6 +140,10 @@ def _run_torch(op, x, cu, cots):
 
 
 def main(framework: str, op: str, cases: str) -> None:
+    if op == "chunk_split":
+        from core_triton.linear_attn import state_split
+
+        state_split.SPLIT_OVERRIDE["segment_chunks"] = 1
     for case in cases.split(","):
         check(framework, op, case)
 

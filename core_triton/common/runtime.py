@@ -1,5 +1,6 @@
 """What runs the kernels: compiled Triton on a GPU, or Triton's interpreter."""
 
+import functools
 import os
 
 NO_BACKEND_MESSAGE = (
@@ -22,6 +23,28 @@ def is_interpreted(kernel) -> bool:
     while hasattr(kernel, "fn") and type(kernel).__name__ in ("Autotuner", "Heuristics"):
         kernel = kernel.fn
     return type(kernel).__name__ == "InterpretedFunction"
+
+
+# The SM count plans assume where no GPU answers (the interpreter): the
+# H100's, so that a plan made on the CPU is the one the H100 would run.
+DEFAULT_MULTIPROCESSORS = 132
+
+
+@functools.lru_cache(maxsize=1)
+def multiprocessor_count() -> int:
+    """Streaming multiprocessors of the current GPU (read once), or
+    ``DEFAULT_MULTIPROCESSORS`` under the interpreter or without a GPU.
+    Plans use it to decide how finely to split work at small batches."""
+    if interpreter_requested():
+        return DEFAULT_MULTIPROCESSORS
+    try:
+        import triton
+
+        driver = triton.runtime.driver.active
+        props = driver.utils.get_device_properties(driver.get_current_device())
+        return int(props["multiprocessor_count"])
+    except Exception:  # no GPU driver: a plan made for inspection only
+        return DEFAULT_MULTIPROCESSORS
 
 
 def jit(*, sizes: tuple[str, ...] = ()):

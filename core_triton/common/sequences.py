@@ -110,6 +110,87 @@ def chunk_of_slot(
     return i_n, bos, eos, ts, te, slot
 
 
+@triton.jit
+def sequence_segments(i_n, slot0, n_chunks, NT, NG, S, IS_VARLEN: tl.constexpr):
+    """``(g0, n_seg)``: the segment slot of sequence ``i_n``'s first segment
+    and its number of segments.  A *segment* is a run of ``S`` consecutive
+    chunks of one sequence from its first chunk (the last may be shorter).
+
+    Packed input places them by chunk slot: ``g0 = slot0 // S + i_n``
+    (``slot0`` as :func:`sequence_chunks` clamps it), so that whatever
+    ``cu_seqlens`` holds, sequences' segment slots never overlap, stay
+    below ``NG = NS // S + N`` and cover every chunk that has a slot (the
+    state passes then write every state slot the later kernels read).
+    Batched input: ``NG = cdiv(NT, S)`` segments per batch row."""
+    if IS_VARLEN:
+        g0 = slot0 // S + i_n
+        n_seg = tl.minimum(tl.cdiv(n_chunks, S), tl.maximum(NG - g0, 0))
+    else:
+        g0 = i_n.to(tl.int64) * NG
+        n_seg = (g0 * 0 + tl.cdiv(NT, S)).to(tl.int64)
+    return g0, n_seg
+
+
+@triton.jit
+def find_segment_sequence(chunk_offsets, i_g, N, n_iter, NS, S):
+    """Largest ``n`` in ``[0, N)`` whose first segment slot (``clamp(
+    chunk_offsets[n], 0, NS) // S + n``, increasing in ``n``) is at most
+    ``i_g``: the sequence that owns segment slot ``i_g`` if any does.  The
+    binary search of :func:`find_sequence`."""
+    lo = i_g * 0
+    hi = lo + N - 1
+    for _ in range(n_iter):
+        mid = tl.minimum(tl.maximum((lo + hi + 1) // 2, 0), N)
+        first = tl.minimum(tl.maximum(tl.load(chunk_offsets + mid).to(tl.int64), 0), NS) // S + mid
+        ok = first <= i_g
+        lo = tl.where(ok & (mid <= hi), mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    return lo
+
+
+@triton.jit
+def segment_of_slot(
+    cu_seqlens,
+    chunk_offsets,
+    i_g,
+    i_b,
+    T,
+    N,
+    n_iter,
+    NT,
+    NS,
+    NG,
+    S,
+    BT: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """Where segment slot ``i_g`` of batch row ``i_b`` lies (segments: see
+    :func:`sequence_segments`).
+
+    Returns ``(i_n, bos, eos, slot0, c0, c1, seg)``: its sequence, that
+    sequence's rows and the chunk slot of its first chunk, the segment's
+    chunks ``[c0, c1)`` counted from the sequence's first (empty for a slot
+    that holds no segment: packed input's grid is sized before
+    ``cu_seqlens`` is known) and its index into the segment buffers
+    (``< NG`` packed, ``< B * NG`` batched)."""
+    if IS_VARLEN:
+        i_n = find_segment_sequence(chunk_offsets, i_g, N, n_iter, NS, S)
+    else:
+        i_n = i_b
+    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    g0, n_seg = sequence_segments(i_n, slot0, n_chunks, NT, NG, S, IS_VARLEN)
+    if IS_VARLEN:
+        s = i_g.to(tl.int64) - g0
+        seg = i_g.to(tl.int64)
+    else:
+        s = i_g.to(tl.int64)
+        seg = g0 + s
+    valid = (s >= 0) & (s < n_seg)
+    c0 = tl.where(valid, s * S, 0)
+    c1 = tl.where(valid, tl.minimum(c0 + S, n_chunks), 0)
+    return i_n, bos, eos, slot0, c0, c1, seg
+
+
 @jit(sizes=("N", "T"))
 def chunk_offsets_kernel(cu_seqlens, N, T, out, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     """``out [N+1]`` int32: cumulative counts of ``CHUNK``-token chunks of

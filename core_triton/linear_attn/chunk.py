@@ -8,13 +8,14 @@ at each sequence's first token.  Launch sequence, forward:
    kernel, float32, same direction as the recurrence); ``g_gamma``'s is
    formed in the kernels;
 2. ``h, final``: states entering every chunk, and the final state
-   (chunk_state.py);
+   (chunk_fwd_state.py); at batch 1 and long sequences split over the
+   sequence in three launches (state_split.py);
 3. ``o``: output = inter-chunk (``q @ h``) + intra-chunk (chunk_output.py).
 
 Backward (from ``do`` and the final state's cotangent ``dht``):
 
 1. ``dh, dh0``: gradients of the states leaving every chunk, and of the
-   initial state (chunk_state_backward.py);
+   initial state (chunk_bwd_state.py; split like the forward's);
 2. ``dv`` (chunk_backward_dv.py);
 3. ``dq, dk, w`` with ``w`` the per-token gate quantity
    (chunk_backward_dqk.py, which derives it);
@@ -42,17 +43,21 @@ from collections.abc import Mapping
 from core_triton.common import checks, reductions
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.op import OpPlans
-from core_triton.common.runtime import is_interpreted
+from core_triton.common.runtime import is_interpreted, multiprocessor_count
 from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
 from core_triton.cumsum import plan as _cumsum_plan
 from core_triton.linear_attn import args as _linear_attn_args
-from core_triton.linear_attn import shared_memory
+from core_triton.linear_attn import shared_memory, state_split
 from core_triton.linear_attn.args import LinearAttnArgs, linear_attn_plans
 from core_triton.linear_attn.chunk_bwd_dqk import chunk_backward_dqk_kernel
 from core_triton.linear_attn.chunk_bwd_dv import chunk_backward_dv_kernel
-from core_triton.linear_attn.chunk_bwd_state import chunk_state_backward_kernel
+from core_triton.linear_attn.chunk_bwd_state import (
+    chunk_state_backward_kernel,
+    chunk_state_backward_segment_kernel,
+)
 from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel
-from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel
+from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel, chunk_state_segment_kernel
+from core_triton.linear_attn.state_split import segment_carry_kernel
 
 MIN_CHUNK = 16  # tl.dot needs every dimension >= 16
 MAX_CHUNK = 256  # a chunk's [BT, BT] score tile must fit in registers
@@ -231,10 +236,8 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
 
     interpreted = is_interpreted(chunk_state_kernel)
 
-    def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
-        """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
-        to the grid (empty problems launch nothing)."""
-        t = _tiles(
+    def tiles_of(name):
+        return _tiles(
             name,
             K,
             V,
@@ -245,6 +248,11 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             ieee=ieee,
             group=HQ // H,
         )
+
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
+        """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
+        to the grid (empty problems launch nothing)."""
+        t = tiles_of(name)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         return LaunchPlan(
             kernel=kernel,
@@ -275,17 +283,76 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             out_dtype="float32",
         )
         forward += [_renamed(p, {"x": "g"}, ("gc",)) for p in cum.forward]
-    forward.append(
-        tiled(
-            "chunk_state",
-            chunk_state_kernel,
-            state_grid,
-            params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT, NS),
-            outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, "float32")),
-            output_names=("h", "final"),
-            constexprs=dict(H=H, K=K, V=V, USE_H0=use_h0, **flags),
+    # The state passes split over the sequence (state_split.py): S chunks
+    # per segment, NG segment slots per batch row (packed: in all, an upper
+    # bound known from shapes, like the chunk slots).
+    st = tiles_of("chunk_state")
+    tiles = cdiv(K, st["BK"]) * cdiv(V, st["BV"])
+    S = state_split.segment_chunks(N if a.packed else B, H, tiles, NT, multiprocessor_count())
+    S = 0 if empty else S
+    if S:
+        NG = NS // S + N if a.packed else cdiv(NT, S)
+        seg_shape, seg_rows = (B * NG, H, K, V), (B * NG, H)
+        seg_scalars = (T, N, n_iter, NT, NS, NG, S)
+
+        def seg_grid(t):
+            return (cdiv(K, t["BK"]) * cdiv(V, t["BV"]), NG, B * H)
+
+        def split_pass(name, kernel, lead, start, outputs, names, store, extra):
+            """Segment pass: ``store`` False from zero, else from ``start``."""
+            flag = "STORE_DH" if name == "chunk_state_backward" else "STORE_H"
+            heads = dict(HQ=HQ, H=H) if flag == "STORE_DH" else dict(H=H)
+            return tiled(
+                name,
+                kernel,
+                seg_grid,
+                params=(*lead, gc, gamma, start, cu, co, *extra, *seg_scalars),
+                outputs=outputs,
+                output_names=names,
+                constexprs=dict(**heads, K=K, V=V, **{flag: store}, **flags),
+            )
+
+        def carry(start, use_start, last_first, names, final_dtype):
+            """The carry over segments ``names[0]`` (its ``_delta``,
+            ``_decay`` in, ``_start`` out), ``names[1]`` the final state."""
+            seg = names[0]
+            return tiled(
+                "chunk_state",
+                segment_carry_kernel,
+                state_grid,
+                params=(start, In(seg + "_delta"), In(seg + "_decay"), cu, co, T, NT, NS, NG, S),
+                outputs=(OutputSpec(seg_shape, "float32"), OutputSpec(state_shape, final_dtype)),
+                output_names=(seg + "_start", names[1]),
+                constexprs=dict(
+                    H=H, K=K, V=V, BT=BT, USE_START=use_start, LAST_FIRST=last_first, IS_VARLEN=a.packed
+                ),
+            )
+
+        seg_out = (OutputSpec(seg_shape, "float32"), OutputSpec(seg_rows, "float32"))
+        pad = OutputSpec((1,), "float32")  # the seg_decay a storing pass leaves alone
+        forward += [
+            split_pass(
+                "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("key"),
+                seg_out, ("seg_delta", "seg_decay"), False, (),
+            ),
+            carry(opt("initial_state", use_h0), use_h0, a.reverse, ("seg", "final"), "float32"),
+            split_pass(
+                "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
+                (OutputSpec(h_shape, h_dtype), pad), ("h", "seg_pad"), True, (),
+            ),
+        ]  # fmt: skip
+    else:
+        forward.append(
+            tiled(
+                "chunk_state",
+                chunk_state_kernel,
+                state_grid,
+                params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT, NS),
+                outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, "float32")),
+                output_names=("h", "final"),
+                constexprs=dict(H=H, K=K, V=V, USE_H0=use_h0, **flags),
+            )
         )
-    )
     scalars = (a.scale, T, N, n_iter, NT, NS)
     forward.append(
         tiled(
@@ -299,16 +366,32 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         )
     )
 
-    backward = [
-        tiled(
-            "chunk_state_backward",
-            chunk_state_backward_kernel,
-            state_grid,
-            params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT, NS),
-            outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, h0_dtype or "float32")),
-            output_names=("dh", "dh0"),
-            constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
-        ),
+    if S:
+        lead, extra = (In("query"), In("do")), (a.scale,)
+        backward = [
+            split_pass(
+                "chunk_state_backward", chunk_state_backward_segment_kernel, lead, In("query"),
+                seg_out, ("dseg_delta", "dseg_decay"), False, extra,
+            ),
+            carry(In("dht"), True, not a.reverse, ("dseg", "dh0"), h0_dtype or "float32"),
+            split_pass(
+                "chunk_state_backward", chunk_state_backward_segment_kernel, lead, In("dseg_start"),
+                (OutputSpec(h_shape, h_dtype), pad), ("dh", "dseg_pad"), True, extra,
+            ),
+        ]  # fmt: skip
+    else:
+        backward = [
+            tiled(
+                "chunk_state_backward",
+                chunk_state_backward_kernel,
+                state_grid,
+                params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT, NS),
+                outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, h0_dtype or "float32")),
+                output_names=("dh", "dh0"),
+                constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
+            )
+        ]
+    backward += [
         tiled(
             "chunk_dv",
             chunk_backward_dv_kernel,

@@ -22,7 +22,7 @@ import pytest
 from core_triton.common.launch import In, TensorInfo
 from core_triton.common.utils import contiguous_strides
 from core_triton.linear_attn import chunk as cla
-from core_triton.linear_attn import shared_memory
+from core_triton.linear_attn import shared_memory, state_split
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT = shared_memory.H100_SHARED_BYTES
@@ -33,6 +33,9 @@ NAMES = {
     "chunk_state_backward_kernel": "chunk_state_backward",
     "chunk_backward_dv_kernel": "chunk_dv",
     "chunk_backward_dqk_kernel": "chunk_dqk",
+    # The state passes split over the sequence walk the same tiles.
+    "chunk_state_segment_kernel": "chunk_state",
+    "chunk_state_backward_segment_kernel": "chunk_state_backward",
 }
 # Float32 inputs with 256-token chunks: the [256, 256] float32 scores take
 # 256 KiB of shared memory in output, dv and dqk whatever the tiles
@@ -51,15 +54,26 @@ def _kernel_name(plan) -> str | None:
     return NAMES.get(name)
 
 
-def chunk_plans(K, V, BT, dtype, gates, reverse=False, group=1):
+def chunk_plans(K, V, BT, dtype, gates, reverse=False, group=1, split=None):
     """The chunk kernels' launch plans (forward and backward) of one
-    configuration: ``[(model name, plan)]``; B=1, T=600, H=2 state heads."""
+    configuration: ``[(model name, plan)]``; B=1, T=600, H=2 state heads.
+    ``split``: the state passes' segment length (state_split; 0: whole
+    walk, None: the plan's choice)."""
     B, T, H = 1, 600, 2
     q = _info((B, T, H * group, K), dtype)
     k, v = _info((B, T, H, K), dtype), _info((B, T, H, V), dtype)
     g = _info((B, T, H), "float32") if "g" in gates else None
     gamma = _info((H,), "float32") if "gamma" in gates else None
-    p = cla.plans(q, k, v, g=g, g_gamma=gamma, reverse=reverse, chunk_size=BT)
+    before = dict(state_split.SPLIT_OVERRIDE)
+    if split is not None:
+        state_split.SPLIT_OVERRIDE["segment_chunks"] = split
+    cla._make_plans.cache_clear()
+    try:
+        p = cla.plans(q, k, v, g=g, g_gamma=gamma, reverse=reverse, chunk_size=BT)
+    finally:
+        state_split.SPLIT_OVERRIDE.clear()
+        state_split.SPLIT_OVERRIDE.update(before)
+        cla._make_plans.cache_clear()
     out = [(_kernel_name(plan), plan) for plan in (*p.forward, *p.backward)]
     return [(n, plan) for n, plan in out if n is not None]
 
@@ -156,7 +170,9 @@ def test_model_bounds_sm90_compile(case):
     res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert len(rows) == 5, res.stdout
+    # Whole walk: 5 launches; split: the two state passes twice each.
+    assert len(rows) == 5 + 4, res.stdout
+    assert {r["kernel"] for r in rows} == set(NAMES.values()), res.stdout
     for r in rows:
         assert r["shared"] <= LIMIT, r
         assert r["model"] >= shared_memory.CALIBRATION_HEADROOM * r["shared"], r
@@ -224,12 +240,19 @@ def main(argv):
     _skip_cubin()
     K, V, BT = int(K), int(V), int(BT)
     group = int(group[0]) if group else 1
-    for name, plan in chunk_plans(K, V, BT, dtype, gates.split(","), reverse=reverse == "1", group=group):
-        plan = compiled_plan(name, plan, K, V)
-        shared = compile_shared(plan, dtype)
-        c = plan.constexprs
-        row = dict(kernel=name, BK=c["BK"], BV=c["BV"], stages=plan.num_stages, warps=plan.num_warps)
-        print(json.dumps(dict(row, shared=shared, model=modelled(name, plan))), flush=True)
+    for split in (0, 1):
+        for name, plan in chunk_plans(K, V, BT, dtype, gates.split(","), reverse == "1", group, split):
+            # Split: only the segment passes are new kernels.
+            if not split or "segment" in plan.kernel.fn.__name__:
+                _print_row(name, plan, K, V, dtype)
+
+
+def _print_row(name, plan, K, V, dtype):
+    plan = compiled_plan(name, plan, K, V)
+    shared = compile_shared(plan, dtype)
+    c = plan.constexprs
+    row = dict(kernel=name, BK=c["BK"], BV=c["BV"], stages=plan.num_stages, warps=plan.num_warps)
+    print(json.dumps(dict(row, shared=shared, model=modelled(name, plan))), flush=True)
 
 
 if __name__ == "__main__":

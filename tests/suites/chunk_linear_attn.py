@@ -10,12 +10,14 @@ that are not powers of two (padded, masked tiles), several K/V tiles."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
 import pytest
 
 from tests.reference import assert_close
+from tests.suites.kernel_level import KernelLevelCases
 from tests.suites.recurrent import check_case, make_case
 
 # Lengths 17 (two chunks of 16, the second of one token), 0, 33, 11; T = 61.
@@ -25,6 +27,64 @@ MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True]))
 SMALL = dict(B=2, T=40, HQ=4, H=2, K=20, V=12, cu=CU_SEQLENS)
 
 
+# The split state passes (core_triton/linear_attn/state_split.py), forced
+# on: one chunk per segment, and two (SMALL's packed sequences of 2, 0, 3
+# and 1 chunks then have segments shorter than, as long as and longer than
+# the sequence; its batched rows 3 chunks, one segment of one).  The
+# PyTorch session runs every gate set / direction / layout; a binding whose
+# kernel_cases is False runs SPLIT_BINDING_MATRIX.
+SPLIT_MATRIX = [(*case, size) for case in MATRIX for size in (1, 2)]
+SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 2), (("g",), False, False, 1)]
+
+
+@contextlib.contextmanager
+def state_split(fw, segment_chunks):
+    """Plan chunk_linear_attn (and lightning) with the state passes split
+    into segments of ``segment_chunks`` chunks (0: never split)."""
+    from core_triton.linear_attn import chunk
+    from core_triton.linear_attn import state_split as split
+
+    before = dict(split.SPLIT_OVERRIDE)
+    split.SPLIT_OVERRIDE["segment_chunks"] = segment_chunks
+    chunk._make_plans.cache_clear()
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        split.SPLIT_OVERRIDE.clear()
+        split.SPLIT_OVERRIDE.update(before)
+        chunk._make_plans.cache_clear()
+        fw.clear_caches()
+
+
+def is_split(plans) -> bool:
+    """Whether ``plans`` (an OpPlans) run the split state passes, forward
+    and backward."""
+    from core_triton.linear_attn.state_split import segment_carry_kernel
+
+    def carries(steps):
+        return any(p.kernel is segment_carry_kernel for p in steps)
+
+    return carries(plans.forward) and carries(plans.backward)
+
+
+def chunk_plans(x, cu, reverse, chunk_size=16):
+    """The plans chunk_linear_attn makes for ``make_case`` inputs."""
+    from core_triton.common.launch import TensorInfo
+    from core_triton.common.utils import contiguous_strides
+    from core_triton.linear_attn import chunk
+
+    def info(a, dtype="float32"):
+        a = np.asarray(a)
+        return TensorInfo(a.shape, dtype, contiguous_strides(a.shape))
+
+    named = {n: info(a) for n, a in x.items()}
+    return chunk.plans(
+        named["query"], named["key"], named["value"], named.get("g"), named.get("g_gamma"),
+        None, named.get("initial_state"), reverse, info(cu, "int32") if cu else None, chunk_size,
+    )  # fmt: skip
+
+
 def _ids(case):
     gates, reverse, packed = case
     return "-".join(
@@ -32,7 +92,7 @@ def _ids(case):
     )
 
 
-class ChunkLinearAttnSuite:
+class ChunkLinearAttnSuite(KernelLevelCases):
     fw = None  # set by the framework's module
 
     def _fn(self, scale=None, reverse=False, chunk_size=16):
@@ -98,6 +158,27 @@ class ChunkLinearAttnSuite:
             o2, h2 = api.recurrent(**arrays, reverse=reverse, cu_seqlens=cu_arr)
             assert_close(fw.numpy(o1), fw.numpy(o2), "float32", "output")
             assert_close(fw.numpy(h1), fw.numpy(h2), "float32", "final_state")
+
+    # ---- state passes split over the sequence ------------------------------
+
+    @pytest.mark.parametrize("case", SPLIT_MATRIX, ids=lambda c: f"{_ids(c[:3])}-seg{c[3]}")
+    def test_split_state_passes(self, case):
+        *case3, size = case
+        gates, reverse, packed = case3
+        self._kernel_level(tuple(case) in SPLIT_BINDING_MATRIX)
+        x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, **SMALL)
+        with state_split(self.fw, size):
+            assert is_split(chunk_plans(x, cu, reverse)), "the split path was not planned"
+            check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
+
+    def test_split_state_passes_without_initial_state(self):
+        # No h0: the carry starts from zero; an empty sequence and one of a
+        # single token among them.
+        x, cu, cots = make_case(
+            self.fw, gates=("g",), packed=True, h0=False, K=5, V=4, cu=[0, 0, 19, 20, 53], seed=13
+        )
+        with state_split(self.fw, 1):
+            check_case(self.fw, self._fn(), x, cu, cots)
 
     # ---- bad input -------------------------------------------------------
 
@@ -180,6 +261,25 @@ class ChunkLinearAttnGpuSuite:
     def _fn(self, reverse):
         api = self.fw.api
         return lambda **kw: api.chunk_linear_attn(**kw, reverse=reverse)
+
+    @pytest.mark.parametrize(
+        "packed,dtype,reverse",
+        [(True, "float32", False), (True, "bfloat16", True), (False, "bfloat16", False)],
+    )
+    def test_split_state_passes_as_planned(self, packed, dtype, reverse):
+        # Batch 1 (or 3 packed sequences), two heads, a few thousand
+        # tokens: the plan splits the state passes by itself (8 or 24
+        # programs against the SMs), into segments of 32 chunks: 3 segments
+        # of the batch row's 71 chunks; the packed sequences (700, 0, 4300
+        # tokens) span 11, 0 and 68 chunks, so 1, 0 and 3 segments.
+        self._skip_unless_gpu()
+        x, cu, cots = make_case(
+            self.fw, gates=("g", "g_gamma"), packed=packed, h0=True, B=1, T=4500, HQ=4, H=2, K=128,
+            V=128, cu=[0, 700, 700, 5000], seed=14,
+        )  # fmt: skip
+        plans = chunk_plans(x, cu, reverse, chunk_size=64)
+        assert is_split(plans), "batch 1 at 4500+ tokens should split the state passes"
+        check_case(self.fw, self._fn(reverse), x, cu, cots, dtype=dtype, reverse=reverse)
 
     def test_64bit_offsets(self):
         # q [1, 66048, 128, 256] bf16 has 2**31 + 2**24 elements; the last

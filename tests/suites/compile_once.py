@@ -5,6 +5,7 @@ CPU; this counts real compilations).  Each framework's module gives
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -14,17 +15,23 @@ from core_triton.common import reductions
 from core_triton.common.runtime import interpreter_requested
 from core_triton.cumsum import scan_kernel as segment_cumsum
 from core_triton.linear_attn import chunk_bwd_dqk as chunk_backward_dqk
-from core_triton.linear_attn import chunk_bwd_dv, chunk_bwd_state, recurrent_bwd, recurrent_fwd
+from core_triton.linear_attn import chunk_bwd_dv, chunk_bwd_state, recurrent_bwd, recurrent_fwd, state_split
 from core_triton.linear_attn import chunk_fwd_output as chunk_output
 from core_triton.linear_attn import chunk_fwd_state as chunk_state
+from tests.suites.chunk_linear_attn import state_split as split_settings
 
 KERNELS = {
     "recurrent": [recurrent_fwd.recurrent_fwd_kernel, recurrent_bwd.recurrent_bwd_kernel,
                   reductions.reduce_partials_kernel, reductions.head_sum_kernel],
-    "chunk": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
-              chunk_bwd_state.chunk_state_backward_kernel, chunk_bwd_dv.chunk_backward_dv_kernel,
-              chunk_backward_dqk.chunk_backward_dqk_kernel, segment_cumsum.segment_cumsum_kernel,
-              reductions.head_sum_kernel],
+    # "chunk": the state passes split over the sequence (state_split.py);
+    # "chunk_whole": not.
+    "chunk": [chunk_state.chunk_state_segment_kernel, state_split.segment_carry_kernel,
+              chunk_output.chunk_output_kernel, chunk_bwd_state.chunk_state_backward_segment_kernel,
+              chunk_bwd_dv.chunk_backward_dv_kernel, chunk_backward_dqk.chunk_backward_dqk_kernel,
+              segment_cumsum.segment_cumsum_kernel, reductions.head_sum_kernel],
+    "chunk_whole": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
+                    chunk_bwd_state.chunk_state_backward_kernel, chunk_bwd_dv.chunk_backward_dv_kernel,
+                    chunk_backward_dqk.chunk_backward_dqk_kernel],
     "global_cumsum": [segment_cumsum.segment_cumsum_kernel],
 }  # fmt: skip
 
@@ -55,7 +62,7 @@ class CompileOnceSuite:
                 "value": fw.array(rng.standard_normal((1, T, H, V)), "bfloat16"),
                 "g_gamma": fw.array(-np.abs(rng.standard_normal(H)) * 0.1),
             }
-            if op == "chunk":
+            if op.startswith("chunk"):
                 x["g"] = fw.array(-np.abs(rng.standard_normal((1, T, H))) * 0.1)
             api = fw.api.recurrent if op == "recurrent" else fw.api.chunk_linear_attn
             fn = lambda **kw: api(**kw, cu_seqlens=cu)  # noqa: E731
@@ -69,12 +76,16 @@ class CompileOnceSuite:
     def test_new_lengths_compile_nothing(self, op):
         if interpreter_requested():
             pytest.skip("counts GPU compilations")
-        self._run(op, 3000, 7, 0)
-        before = {k: self.compiled(k) for k in KERNELS[op]}
-        assert all(n >= 1 for n in before.values()), before
-        for T, N in ((5001, 64), (8192, 500), (777, 2)):
-            self._run(op, T, N, T)
-        after = {k: self.compiled(k) for k in KERNELS[op]}
+        # The chunk op's state passes split at every size (segments of 8
+        # chunks), or never ("chunk_whole").
+        split = {"chunk": 8, "chunk_whole": 0}.get(op)
+        with contextlib.nullcontext() if split is None else split_settings(self.fw, split):
+            self._run(op, 3000, 7, 0)
+            before = {k: self.compiled(k) for k in KERNELS[op]}
+            assert all(n >= 1 for n in before.values()), before
+            for T, N in ((5001, 64), (8192, 500), (777, 2)):
+                self._run(op, T, N, T)
+            after = {k: self.compiled(k) for k in KERNELS[op]}
         assert after == before, {k.fn.__name__: (before[k], after[k]) for k in before}
 
     # Alone on the GPU (gpu_run.sh runs this group after the rest, one test

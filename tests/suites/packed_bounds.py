@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.packed_bounds import CASES, DELTA_CASES, DELTA_OPS, OPS
+from tests.packed_bounds import CASES, CLAMP_CASES, CLAMP_OPS, OPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,9 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 class PackedBoundsSuite:
     fw = None  # set by the framework's module
 
-    @pytest.mark.parametrize("op", [*OPS, *DELTA_OPS])
+    @pytest.mark.parametrize("op", [*OPS, *CLAMP_OPS])
     def test_bad_cu_seqlens_stay_in_bounds(self, op):
-        cases = DELTA_CASES if op in DELTA_OPS else list(CASES)
+        cases = CLAMP_CASES if op in CLAMP_OPS else list(CASES)
         # Keep the caller's path (the GPU run's carried wheels live there).
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path}

@@ -1,0 +1,136 @@
+"""The chunk state passes split over the sequence, for batch 1 and long
+sequences (how packed training runs).
+
+A whole-sequence state pass has one program per (K tile, V tile, sequence
+x head): at batch 1 with 16 heads that is 64 programs on the H100's 132
+SMs, each stepping through hundreds of chunks one after another.  The
+chunk-to-chunk recurrence is linear with a scalar decay,
+
+    S_{c+1} = exp(b_tot(c)) S_c + U_c,
+
+so a run of chunks (a *segment*) maps the state entering it to
+``exp(sum b_tot) S + Delta``, with ``Delta`` what the segment leaves from a
+zero start.  Three launches replace the walk:
+
+1. every segment from zero, in parallel: ``Delta`` and the summed log
+   decay (``chunk_state_segment_kernel`` with ``STORE_H`` False);
+2. :func:`segment_carry_kernel`, one program per (tile, sequence x head):
+   the state entering each segment, from the initial state, segment after
+   segment (a short walk: a few dozen segments), and the final state;
+3. every segment again from its carried start, in parallel, storing the
+   state entering each chunk (``STORE_H``).
+
+The backward's gradient pass is the same recurrence walked the other way
+(chunk_bwd_state.py), with the final state's cotangent as its start.
+
+Segments are ``S`` chunks of one sequence from its first chunk (the last
+may be shorter); packed input places them by chunk slot
+(core_triton.common.sequences.sequence_segments).  :func:`segment_chunks` picks
+``S`` from the plan: a split only where the whole-sequence walk leaves the
+GPU mostly idle.
+"""
+
+import triton.language as tl
+
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_chunks, sequence_segments
+from core_triton.common.utils import cdiv
+
+# When to split and how finely, measured on the H100 (bf16, H16, K = V =
+# 128, chunk g and lightning, docs/benchmarks.md "long context"): at batch
+# 1 (64 programs) the split took the chunk-g forward from 1.74 to 1.32 ms
+# at T32k and from 6.86 to 5.00 ms at T128k; at batch 4 (256 programs) it
+# made it slower (0.50 -> 0.68 ms at T4k), as it did 16 packed documents
+# (1.18 -> 1.60 ms: their own 1024 programs already fill the GPU).  Segments
+# of 32 to 64 chunks did best at every length (16 and 228 were slower).
+SPLIT_BELOW_PROGRAMS_PER_SM = 0.5  # split only below this many programs per SM
+PROGRAMS_PER_SM = 16  # the split aims for this many
+MIN_SEGMENT_CHUNKS = 32
+
+# Tests and benchmarks force a segment length: {"segment_chunks": S}, with
+# S = 0 for the whole-sequence walk.
+SPLIT_OVERRIDE: dict[str, int] = {}
+
+
+def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int) -> int:
+    """Chunks per segment for a state pass over ``sequences`` sequences
+    (batch rows, or packed input's sequences), ``heads`` state heads and
+    ``tiles`` K x V tiles, with ``chunks`` chunks per batch row, on a GPU
+    of ``sms`` SMs; 0: no split.
+
+    Split where the whole-sequence walk has at most
+    ``SPLIT_BELOW_PROGRAMS_PER_SM`` programs per SM, into segments that
+    bring it to ``PROGRAMS_PER_SM``, never shorter than
+    ``MIN_SEGMENT_CHUNKS``, and only when that makes at least two segments.
+    Packed sequences count as if of equal length (their lengths are not
+    known here): documents of similar length fill the GPU by themselves,
+    and one long document among short ones walks alone."""
+    if "segment_chunks" in SPLIT_OVERRIDE:
+        return int(SPLIT_OVERRIDE["segment_chunks"])
+    programs = sequences * heads * tiles
+    if chunks == 0 or programs > SPLIT_BELOW_PROGRAMS_PER_SM * sms:
+        return 0
+    segments = cdiv(PROGRAMS_PER_SM * sms, programs)
+    size = max(MIN_SEGMENT_CHUNKS, cdiv(chunks, segments))
+    return size if size < chunks else 0
+
+
+@jit(sizes=("T", "NT", "NS", "NG", "S"))
+def segment_carry_kernel(
+    start,
+    seg_delta,
+    seg_decay,
+    cu_seqlens,
+    chunk_offsets,
+    T,
+    NT,
+    NS,
+    NG,
+    S,
+    seg_start,
+    final,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    USE_START: tl.constexpr,
+    LAST_FIRST: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """One program per (K tile, V tile, sequence x head): carries ``start
+    [N, H, K, V]`` (zero without ``USE_START``) over the sequence's
+    segments, first to last or, with ``LAST_FIRST``, last to first:
+
+        seg_start[g] = X;   X = exp(seg_decay[g]) X + seg_delta[g]
+
+    then ``final [N, H, K, V] = X``.  ``seg_delta``/``seg_start``
+    ``[segments, H, K, V]`` and ``seg_decay [segments, H]`` are float32."""
+    i_k = tl.program_id(0)
+    i_v = tl.program_id(1)
+    i_nh = tl.program_id(2)
+    i_n = i_nh // H
+    i_h = i_nh % H
+    _, _, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    g0, n_seg = sequence_segments(i_n, slot0, n_chunks, NT, NG, S, IS_VARLEN)
+
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
+    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    state_row = (i_n.to(tl.int64) * H + i_h) * K * V
+
+    x = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_START:
+        x += tl.load(start + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
+    for it in range(0, n_seg.to(tl.int32)):
+        if LAST_FIRST:
+            g = g0 + n_seg - 1 - it
+        else:
+            g = g0 + it
+        row = (g * H + i_h) * K * V
+        tl.store(seg_start + row + off_kv, x, mask=m_kv)
+        decay = tl.exp(tl.load(seg_decay + g * H + i_h))
+        x = x * decay + tl.load(seg_delta + row + off_kv, mask=m_kv, other=0)
+    tl.store(final + state_row + off_kv, x.to(final.dtype.element_ty), mask=m_kv)

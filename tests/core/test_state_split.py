@@ -1,0 +1,37 @@
+"""When the chunk state passes split over the sequence, and how finely
+(core_triton/linear_attn/state_split.py): the choices the H100 measurements
+behind its constants made, checked on the plans as the H100 gets them."""
+
+from core_triton.common.launch import TensorInfo
+from core_triton.common.utils import contiguous_strides
+from core_triton.linear_attn import chunk
+from core_triton.linear_attn.state_split import segment_carry_kernel, segment_chunks
+
+H100 = 132
+
+
+def _info(shape, dtype="bfloat16"):
+    return TensorInfo(tuple(shape), dtype, contiguous_strides(shape))
+
+
+def test_batch_one_splits_and_fuller_grids_do_not():
+    # H16, K = V = 128 in 64 x 64 tiles: 4 tiles a head.
+    assert segment_chunks(1, 16, 4, 512, H100) == 32  # B1 T32k: 16 segments
+    assert segment_chunks(1, 16, 4, 2048, H100) == 63  # B1 T128k: 33 segments
+    assert segment_chunks(2, 16, 4, 2048, H100) == 0  # 128 programs: enough
+    assert segment_chunks(4, 16, 4, 64, H100) == 0  # B4 T4k
+    assert segment_chunks(16, 16, 4, 528, H100) == 0  # 16 packed documents
+    assert segment_chunks(1, 16, 4, 32, H100) == 0  # one segment: nothing to split
+
+
+def test_plans_split_at_batch_one_and_long_sequences():
+    def launches(B, T, cu=None):
+        q = _info((B, T, 16, 128))
+        g = _info((B, T, 16), "float32")
+        p = chunk.plans(q, q, q, g, cu_seqlens=cu)
+        return [s.kernel for s in (*p.forward, *p.backward)]
+
+    assert launches(1, 32768).count(segment_carry_kernel) == 2  # forward and backward
+    assert segment_carry_kernel not in launches(4, 4096)
+    assert segment_carry_kernel not in launches(1, 32768, _info((17,), "int32"))  # 16 documents
+    assert launches(1, 32768, _info((2,), "int32")).count(segment_carry_kernel) == 2  # one
