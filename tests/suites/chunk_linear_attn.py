@@ -30,11 +30,12 @@ SMALL = dict(B=2, T=40, HQ=4, H=2, K=20, V=12, cu=CU_SEQLENS)
 # The split state passes (core_triton/linear_attn/state_split.py), forced
 # on: one chunk per segment, and two (SMALL's packed sequences of 2, 0, 3
 # and 1 chunks then have segments shorter than, as long as and longer than
-# the sequence; its batched rows 3 chunks, one segment of one).  The
-# PyTorch session runs every gate set / direction / layout; a binding whose
-# kernel_cases is False runs SPLIT_BINDING_MATRIX.
-SPLIT_MATRIX = [(*case, size) for case in MATRIX for size in (1, 2)]
-SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 2), (("g",), False, False, 1)]
+# the sequence; its batched rows of 3 chunks 3 or 2 segments).  Every
+# gate set / direction / layout once, the segment length alternating so
+# that each gate set and each layout meets both; the PyTorch session runs
+# SPLIT_MATRIX, a binding whose kernel_cases is False SPLIT_BINDING_MATRIX.
+SPLIT_MATRIX = [(*case, 1 + (i + i // 2) % 2) for i, case in enumerate(MATRIX)]
+SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 1), (("g",), False, False, 1)]
 
 
 @contextlib.contextmanager
