@@ -172,6 +172,16 @@ class ChunkLinearAttnSuite(KernelLevelCases):
             assert is_split(chunk_plans(x, cu, reverse)), "the split path was not planned"
             check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
 
+    def test_split_state_passes_with_several_tiles(self):
+        # K = 100, V = 80: several K x V tiles a segment pass walks (the
+        # flattened tile index of its grid), masked tails.
+        self._kernel_level()
+        x, cu, cots = make_case(
+            self.fw, gates=("g", "g_gamma"), B=1, T=37, HQ=2, H=1, K=100, V=80, h0=True, seed=15
+        )
+        with state_split(self.fw, 1):
+            check_case(self.fw, self._fn(reverse=True), x, cu, cots, reverse=True)
+
     def test_split_state_passes_without_initial_state(self):
         # No h0: the carry starts from zero; an empty sequence and one of a
         # single token among them.
