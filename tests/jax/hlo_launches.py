@@ -72,8 +72,9 @@ def count(text: str) -> int:
     return launches(entry)
 
 
-def run_and_count(fn, *args) -> int:
-    """Compile ``fn`` for ``args``, run it once, return its launches."""
+def run_and_count(fn, *args):
+    """Compile ``fn`` for ``args``, run it once: ``(its result, its
+    launches)``."""
     compiled = jax.jit(fn).lower(*args).compile()
-    jax.block_until_ready(compiled(*args))
-    return count(compiled.as_text())
+    out = jax.block_until_ready(compiled(*args))
+    return out, count(compiled.as_text())

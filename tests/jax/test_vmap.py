@@ -173,69 +173,13 @@ def _close(got, want, what):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6, err_msg=what)
 
 
-@functools.cache
-def _reference(name):
-    """One call per element: (outputs stacked, gradients stacked)."""
-    case = CASES[name]
-    outs, grads = [], []
-    for i in range(N):
-        floats, ints = _split(case.element(i))
-        outs.append(_tuple(case.fn(**floats, **ints)))
-        grads.append(jax.grad(_loss(case))(floats, ints))
-    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
-    return jax.tree.map(stack, *outs), jax.tree.map(stack, *grads)
-
-
-@pytest.mark.parametrize("axis", [0, 1])
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_forward(name, axis):
-    case = CASES[name]
-    got = _tuple(_vmapped(case, lambda v, f: case.fn(**v, **f), axis)())
-    want, _ = _reference(name)
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        _close(g, w, f"output {i}")
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_grad_of_vmap(name):
-    """``grad`` of a loss of ``vmap``: the fixed inputs' gradients are the
-    sums of the elements'."""
-    case = CASES[name]
-    loss = _loss(case)
-
-    def total(vmapped, fixed):
-        per = jax.vmap(lambda v: loss(*_split({**v, **fixed})))(vmapped)
-        return jnp.sum(per)
-
-    floats_v, ints_v = _split(case.vmapped)
-    floats_f, ints_f = _split(case.fixed)
-    got_v, got_f = jax.grad(lambda a, b: total({**a, **ints_v}, {**b, **ints_f}), argnums=(0, 1))(
-        floats_v, floats_f
-    )
-    _, want = _reference(name)
-    for n in floats_v:
-        _close(got_v[n], want[n], n)
-    for n in floats_f:
-        _close(got_f[n], jnp.sum(want[n], axis=0), n)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_vmap_of_grad(name):
-    """Per-example gradients, of the fixed inputs too."""
-    case = CASES[name]
-    loss = _loss(case)
-    got = _vmapped(case, lambda v, f: jax.grad(loss)(*_split({**v, **f})))()
-    _, want = _reference(name)
-    for n in want:
-        _close(got[n], want[n], n)
-
-
 @pytest.fixture
 def launches(monkeypatch):
-    """The kernel launches of one run of a function, counted in its compiled
-    HLO (tests/jax/hlo_launches.py: a launch in a sequential ``vmap``'s loop
-    counts once per element).  On the interpreter the kernels it runs are
-    also counted on the host side, and the two counts must agree."""
+    """Run a function once, jitted: ``(its result, its kernel launches)``,
+    the launches counted in its compiled HLO (tests/jax/hlo_launches.py: a
+    launch in a sequential ``vmap``'s loop counts once per element).  On the
+    interpreter the kernels it runs are also counted on the host side, and
+    the two counts must agree."""
     host = [0]
     if interpreter_requested():
         real = torch_api._launch.launch
@@ -248,34 +192,66 @@ def launches(monkeypatch):
 
     def measure(fn, *args):
         host[0] = 0
-        n = hlo_launches.run_and_count(fn, *args)
+        out, n = hlo_launches.run_and_count(fn, *args)
         if interpreter_requested():
             assert host[0] == n, f"the HLO has {n} launches, the interpreter ran {host[0]}"
-        return n
+        return out, n
 
     return measure
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_launches_fold(name, launches):
-    """vmap launches what one element launches: forward, grad of vmap and
-    vmap of grad (less the launches that run per element by design)."""
+def test_vmap_folds(name, launches):
+    """vmap of the op gives what one call per element gives, with the
+    launches of one element (less those that run per element by design):
+    the forward with the vmapped axis first (jitted) and second (eager),
+    ``vmap`` of ``grad`` (per-example gradients, of the fixed inputs too)
+    and ``grad`` of a loss of ``vmap`` (the fixed inputs' gradients are the
+    sums of the elements').  One test per op, so that each computes its
+    per-element reference once (CI time)."""
     case = CASES[name]
     loss = _loss(case)
-    floats, ints = _split(case.element(0))
-    forward = launches(jax.jit(lambda f: case.fn(**f, **ints)), floats)
-    backward = launches(jax.jit(jax.grad(loss)), floats, ints) - forward
+    # One jitted call per element: the reference, and one element's launches.
+    single = jax.jit(lambda floats, ints: case.fn(**floats, **ints))
+    single_grad = jax.jit(jax.grad(loss))
+    outs, grads = [], []
+    for i in range(N):
+        args = _split(case.element(i))
+        (out, forward), (grad, forward_backward) = launches(single, *args), launches(single_grad, *args)
+        outs.append(_tuple(out))
+        grads.append(grad)
+    backward = forward_backward - forward
     assert forward > 0 and backward > 0
+    stack = lambda *xs: jnp.stack(xs)  # noqa: E731
+    want_outs, want_grads = jax.tree.map(stack, *outs), jax.tree.map(stack, *grads)
     extra = (N - 1) * case.per_element
-    assert launches(jax.jit(_vmapped(case, lambda v, f: case.fn(**v, **f)))) == forward
-    per_example = jax.jit(_vmapped(case, lambda v, f: jax.grad(loss)(*_split({**v, **f}))))
-    assert launches(per_example) == forward + backward + extra
+
+    def forward_at(axis):
+        return _vmapped(case, lambda v, f: case.fn(**v, **f), axis)
+
+    got, n = launches(jax.jit(forward_at(0)))
+    assert n == forward
+    eager = forward_at(1)()
+    for outputs in (got, eager):
+        for i, (g, w) in enumerate(zip(_tuple(outputs), want_outs, strict=True)):
+            _close(g, w, f"output {i}")
+
+    per_example = _vmapped(case, lambda v, f: jax.grad(loss)(*_split({**v, **f})))
+    got, n = launches(jax.jit(per_example))
+    assert n == forward + backward + extra
+    for name_ in want_grads:
+        _close(got[name_], want_grads[name_], f"per-example gradient of {name_}")
 
     def total(vmapped, fixed):
         return jnp.sum(jax.vmap(lambda v: loss(*_split({**v, **fixed})))(vmapped))
 
-    grads = jax.jit(jax.grad(total, argnums=(0, 1), allow_int=True))
-    assert launches(grads, case.vmapped, case.fixed) == forward + backward + extra
+    grads_of_total = jax.jit(jax.grad(total, argnums=(0, 1), allow_int=True))
+    (got_v, got_f), n = launches(grads_of_total, case.vmapped, case.fixed)
+    assert n == forward + backward + extra
+    for name_ in _split(case.vmapped)[0]:
+        _close(got_v[name_], want_grads[name_], f"gradient of {name_}")
+    for name_ in _split(case.fixed)[0]:
+        _close(got_f[name_], jnp.sum(want_grads[name_], axis=0), f"gradient of {name_}")
 
 
 def test_nested_vmap_folds_twice(launches):
@@ -295,10 +271,9 @@ def test_nested_vmap_folds_twice(launches):
     def call(outer):
         return per_example(outer, gamma)
 
-    got = call(outer)
-    floats = case.element(0)
-    single = launches(jax.jit(jax.grad(loss)), floats, {})
-    assert launches(call, outer) == single
+    got, nested = launches(call, outer)
+    _, single = launches(jax.jit(jax.grad(loss)), case.element(0), {})
+    assert nested == single
     for j in range(2):
         for i in range(N):
             want = jax.grad(loss)({**{n: x[j, i] for n, x in outer.items()}, **case.fixed}, {})
@@ -319,8 +294,7 @@ def test_packed_falls_back_to_one_launch_per_element(launches):
     def loss(*args):
         return sum(jnp.sum(jnp.sin(o)) for o in fn(*args))
 
-    vmapped = jax.jit(jax.vmap(fn))
-    got = vmapped(q, k, v, initial)
+    got, vmapped = launches(jax.jit(jax.vmap(fn)), q, k, v, initial)
     grads = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3))))(q, k, v, initial)
     for i in range(N):
         want = fn(q[i], k[i], v[i], initial[i])
@@ -329,9 +303,9 @@ def test_packed_falls_back_to_one_launch_per_element(launches):
         want = jax.grad(loss, argnums=(0, 1, 2, 3))(q[i], k[i], v[i], initial[i])
         for j in range(4):
             _close(grads[j][i], want[j], f"gradient {j}")
-    single = launches(jax.jit(fn), q[0], k[0], v[0], initial[0])
+    _, single = launches(jax.jit(fn), q[0], k[0], v[0], initial[0])
     assert single == 1
-    assert launches(vmapped, q, k, v, initial) == N * single
+    assert vmapped == N * single
 
 
 @pytest.mark.parametrize("which", ["g_gamma", "sinks", "positions_1d"])
@@ -358,7 +332,7 @@ def test_vmapped_shared_input_falls_back(which, launches):
         return jnp.sum(jnp.sin(fn({**floats, **ints})))
 
     floats, ints = _split(inputs)
-    got = jax.vmap(fn)(inputs)
+    got, vmapped = launches(jax.jit(jax.vmap(fn)), inputs)
     grads = jax.vmap(jax.grad(loss))(floats, ints)
     for i in range(N):
         element = jax.tree.map(lambda x: x[i], (floats, ints))  # noqa: B023
@@ -366,5 +340,5 @@ def test_vmapped_shared_input_falls_back(which, launches):
         want = jax.grad(loss)(*element)
         for n in want:
             _close(grads[n][i], want[n], n)
-    single = launches(jax.jit(fn), {n: x[0] for n, x in inputs.items()})
-    assert launches(jax.jit(jax.vmap(fn)), inputs) == N * single
+    _, single = launches(jax.jit(fn), {n: x[0] for n, x in inputs.items()})
+    assert vmapped == N * single
