@@ -15,6 +15,7 @@ import pytest
 from core_triton.common.runtime import interpreter_requested
 from tests.reference import TOLERANCE, assert_close
 from tests.reference_attention import attention_ref
+from tests.suites.kernel_level import KernelLevelCases
 
 DIFFERENTIABLE = ("query", "key", "value", "softmax_aux", "bias")
 INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
@@ -166,6 +167,19 @@ COMBINED = {
     ),
 }
 
+# What a binding whose kernel_cases is False runs (tests/suites/kernel_level.py)
+# of the kernel-level matrices: COMBINED (run whole) has both sink ranks,
+# bias shapes 1H and B1, both kinds of segment ids, [B, T] positions, the
+# window as an int and a pair, the soft cap, the scale, GQA, Tq != Tk and D
+# != Dv; these features add what it lacks (no option at all, one head per
+# key head, positions for the queries only).  The bias-gradient cases take
+# every bias shape once, the no-allowed-key ones every mask and every sink.
+BINDING_FEATURES = ("plain", "mha_batch2", "positions_q_only")
+BINDING_BIAS_GRADIENT = (("11", (37, 70)), ("1H", (37, 70)), ("B1", (70, 45)), ("BH", (70, 45)))
+BINDING_BIAS_WITHOUT_GRADIENT = ("11", "BH")
+BINDING_NO_KEY = (("causal_shifted", None), ("segments", "mixed"), ("window", "-inf"),
+                  ("causal_shifted", "finite"))  # fmt: skip
+
 
 # GPU-only: name -> (head dim, T, bias shape, None or the one (causal,
 # dtype) it runs for: the float64 reference at T = 4096 is slow).
@@ -202,8 +216,10 @@ TMA_CASES = {
 }  # fmt: skip
 
 
-class FlashAttentionSuite:
+class FlashAttentionSuite(KernelLevelCases):
     fw = None  # set by the framework's module
+    # kernel_cases = False (tests/suites/kernel_level.py): the BINDING_*
+    # cross-sections of the kernel-level cases.
 
     def _arrays(self, case, dtype, bias_dtype="float32"):
         fw = self.fw
@@ -261,6 +277,7 @@ class FlashAttentionSuite:
 
     @pytest.mark.parametrize("feature", sorted(FEATURES))
     def test_feature(self, feature):
+        self._kernel_level(feature in BINDING_FEATURES)
         shape, options = FEATURES[feature]
         self._check(make_case(np.random.default_rng(0), **shape), options)
 
@@ -275,6 +292,7 @@ class FlashAttentionSuite:
         self._check(make_case(np.random.default_rng(3), **shape), options, dtype=dtype)
 
     def test_bfloat16_plain_causal(self):
+        self._kernel_level()  # head dim 64's blocks; bfloat16 in test_half_precision
         self._check(make_case(np.random.default_rng(4), Tq=70, Tk=70, D=64), {"causal": True}, "bfloat16")
 
     def test_gradient_through_lse(self):
@@ -288,6 +306,7 @@ class FlashAttentionSuite:
         # (outputs are poisoned with NaN); lse -inf without a finite sink,
         # else the log-sum-exp of the sinks alone; dk, dv, dsink finite and
         # equal to the reference.  The lse cotangent is nonzero on those rows.
+        self._kernel_level((mask, sink) in BINDING_NO_KEY)
         case, options, empty = no_key_case(np.random.default_rng(6), mask, sink)
         out, lse, grads, ref = self._check(case, options, dlse=True)
         assert np.all(out[:, empty] == 0) and np.all(grads["dq"][:, empty] == 0)
@@ -307,6 +326,7 @@ class FlashAttentionSuite:
         # are partly or wholly removed; the gradient has the bias's shape,
         # and no launch makes a float32 [B, HQ, Tq, Tk] buffer for a
         # broadcast bias.
+        self._kernel_level((shape, sizes) in BINDING_BIAS_GRADIENT)
         Tq, Tk = sizes
         case = make_case(np.random.default_rng(13), B=2, Tq=Tq, Tk=Tk, HQ=4, H=2, bias=shape)
         options = {"causal": True} if Tq < Tk else {"sliding_window": (20, 5), "logits_soft_cap": 2.0}
@@ -329,6 +349,7 @@ class FlashAttentionSuite:
         # A bias whose gradient is not asked for (torch: requires_grad
         # False; JAX: not differentiated) launches no bias-gradient kernel;
         # the other gradients are unchanged.
+        self._kernel_level(shape in BINDING_BIAS_WITHOUT_GRADIENT)
         case = make_case(np.random.default_rng(15), B=2, Tq=33, Tk=47, HQ=4, H=2, bias=shape, sink="1d")
         plans = spy_launches(self.fw, monkeypatch)
         self._check(case, {"causal": True}, constant=("bias",))
@@ -367,11 +388,9 @@ class FlashAttentionSuite:
         shape, options, dtype, interpreted_too = TMA_CASES[case]
         if interpreter_requested() and not interpreted_too:
             pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
-        if interpreter_requested() and fw.name == "jax":
-            # The JAX binding refuses these kernels on a GPU (checked there):
-            # under the interpreter they are kernel-level cases, which the
-            # PyTorch binding runs (CI time).
-            pytest.skip("kernel-level case: the PyTorch binding runs it (same plans and kernels)")
+        # The JAX binding refuses these kernels on a GPU (checked there):
+        # under the interpreter they are kernel-level cases.
+        self._kernel_level()
         before = flash.TMA_FORWARD, flash.TMA_BACKWARD
         flash.set_tma_forward(halves != "bwd")
         flash.set_tma_backward(halves != "fwd")
@@ -399,7 +418,9 @@ class FlashAttentionSuite:
         window, a head dim they have no config for) the main kernels run.
         Head dims 96 and 128 take the H100's measured tiles: a head dim of
         64 or less would autotune on the GPU, compiling every candidate
-        config of three kernels for each case (minutes)."""
+        config of three kernels for each case (minutes).  Which kernels a
+        plan picks: kernel-level."""
+        self._kernel_level()
         from core_triton.attention import flash
 
         fw = self.fw
