@@ -1,10 +1,11 @@
 """The test matrix and the other jobs.
 
 nox -t tests        # the README's test command: lint + the two test sessions
-                    # (tests/core, framework-free, runs in both: its binding
-                    # parts skip where their framework is not installed)
-nox -s tests_torch  # the PyTorch binding, without JAX (Triton interpreter on CPU)
-nox -s tests_jax    # the JAX binding (interpreter via pure_callback), and both
+nox -s tests_torch  # the PyTorch binding, without JAX (Triton interpreter on
+                    # CPU), and tests/core whole (framework-free, and the
+                    # PyTorch binding's parts; the JAX ones skip here)
+nox -s tests_jax    # the JAX binding (interpreter via pure_callback), the tests
+                    # of tests/core marked jax (its JAX binding's parts), both
                     # bindings together (tests/cross: DLPack hand-over,
                     # bit-identical outputs and gradients): its environment has
                     # torch CPU anyway, Triton's interpreter takes torch tensors
@@ -46,10 +47,13 @@ def tests_torch(session):
 def tests_jax(session):
     _install(session, "jax,interpret,test")
     # tests/cross here rather than in a session of its own: one virtualenv
-    # less to build, and two workers (CI time).
+    # less to build, and two workers (CI time).  Of tests/core only what
+    # exercises the JAX binding (tests/core/conftest.py): tests_torch runs
+    # the framework-free rest.
     session.run(
-        "pytest", "-n", "2", "--durations=25", "tests/core", "tests/jax", "tests/cross", *session.posargs
-    )
+        "pytest", "-n", "2", "--durations=25", "-m", "jax or not core",
+        "tests/core", "tests/jax", "tests/cross", *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session

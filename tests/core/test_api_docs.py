@@ -23,6 +23,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "api.md")
 BINDINGS = ("torch_api", "jax_api")
+# As a parameter: the JAX binding's cases carry the jax mark (the JAX
+# session runs those of tests/core, tests/core/conftest.py).
+BINDING_PARAMS = ("torch_api", pytest.param("jax_api", marks=pytest.mark.jax))
 # Public functions outside __all__ (documented as such).
 EXTRA = {"jax_api": ("ring_attention_mesh",)}
 # Defaults that are a framework's own object: (function, parameter) -> the
@@ -79,7 +82,7 @@ def public_functions(binding: str) -> dict[str, object]:
     return {n: getattr(module, n) for n in names}
 
 
-@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("binding", BINDING_PARAMS)
 def test_every_public_function_has_a_section(binding):
     documented = sections(_doc())
     missing = sorted(set(public_functions(binding)) - set(documented))
@@ -96,7 +99,7 @@ def table_names(section: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("binding", BINDING_PARAMS)
 def test_every_parameter_is_documented(binding):
     documented = sections(_doc())
     missing = []
@@ -106,7 +109,7 @@ def test_every_parameter_is_documented(binding):
     assert not missing, f"parameters without a row in their section's table in docs/api.md: {missing}"
 
 
-@pytest.mark.parametrize("binding", BINDINGS)
+@pytest.mark.parametrize("binding", BINDING_PARAMS)
 def test_docstrings_point_to_their_section(binding):
     documented = sections(_doc())
     wrong = []
@@ -125,6 +128,7 @@ def _dtype_name(binding: str, value) -> str:
     return jnp.dtype(value).name
 
 
+@pytest.mark.jax
 def test_signatures_agree():
     funcs = {b: public_functions(b) for b in BINDINGS}
     torch_api, jax_api = (pytest.importorskip(b) for b in BINDINGS)

@@ -12,7 +12,9 @@ TORCH = "import torch, torch_api; torch_api.chunk_global_cumsum(torch.randn(1, 8
 JAX = "import jax.numpy as jnp, jax_api; jax_api.chunk_global_cumsum(jnp.ones((1, 8, 2)))"
 
 
-@pytest.mark.parametrize("framework,code", [("torch", TORCH), ("jax", JAX)])
+@pytest.mark.parametrize(
+    "framework,code", [("torch", TORCH), pytest.param("jax", JAX, marks=pytest.mark.jax)]
+)
 def test_cpu_inputs_without_interpreter(framework, code):
     pytest.importorskip(framework)
     env = {**os.environ, "PYTHONPATH": ROOT, "TRITON_INTERPRET": "0", "JAX_PLATFORMS": "cpu"}
@@ -21,6 +23,7 @@ def test_cpu_inputs_without_interpreter(framework, code):
     assert "RuntimeError" in out.stderr and "TRITON_INTERPRET=1" in out.stderr, out.stderr[-2000:]
 
 
+@pytest.mark.jax
 def test_jax_on_cpu_without_torch_names_the_extra():
     # torch made unimportable in the child: the error comes at trace time,
     # names the extra, and is no JaxRuntimeError from inside a callback.
@@ -38,7 +41,7 @@ def test_jax_on_cpu_without_torch_names_the_extra():
     assert "JaxRuntimeError" not in out.stderr and "callback" not in out.stderr
 
 
-@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=pytest.mark.jax)])
 def test_non_array_argument_is_named(framework):
     pytest.importorskip(framework)
     api = __import__(f"{framework}_api")

@@ -37,6 +37,7 @@ def test_every_core_module_imports_no_framework():
     assert _modules_after(stmt) == set()
 
 
+@pytest.mark.jax
 def test_jax_api_does_not_import_torch():
     pytest.importorskip("jax")
     assert "torch" not in _modules_after("import jax_api")
