@@ -13,15 +13,25 @@ import sys
 import pytest
 
 from tests.packed_bounds import CASES, CLAMP_CASES, CLAMP_OPS, OPS
+from tests.suites.kernel_level import KernelLevelCases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class PackedBoundsSuite:
+# What a binding whose kernel_cases is False runs (tests/suites/kernel_level.py):
+# the clamps are the kernels' (core_triton.common.sequences), the same for
+# both bindings; these ops show that the binding hands bad values to them
+# unchecked (JAX: traced) in each kind of op, sums and a recurrence with a
+# state per sequence.
+BINDING_OPS = ("local_cumsum", "global_cumsum", "delta_recurrent")
+
+
+class PackedBoundsSuite(KernelLevelCases):
     fw = None  # set by the framework's module
 
     @pytest.mark.parametrize("op", [*OPS, *CLAMP_OPS])
     def test_bad_cu_seqlens_stay_in_bounds(self, op):
+        self._kernel_level(op in BINDING_OPS)
         cases = CLAMP_CASES if op in CLAMP_OPS else list(CASES)
         # Keep the caller's path (the GPU run's carried wheels live there).
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
