@@ -90,3 +90,21 @@ def timed(fn, sync, budget: float = 0.25) -> float:
         sync(out)
         samples.append((time.perf_counter() - start) / iters)
     return statistics.median(samples)
+
+
+def fla_ratios(rows: list[dict], case: tuple[str, ...]) -> None:
+    """Add "vs fla" (fla's time / ours: > 1 where we are faster) to our rows
+    and "jax/torch" (JAX time / PyTorch time) to the JAX binding's, pairing
+    rows whose fields ``case`` agree; rows without a time (a refused
+    baseline) get none."""
+    by = {(*(r[f] for f in case), r["impl"]): r for r in rows}
+    for r in rows:
+        key = tuple(r[f] for f in case)
+        fla = by.get((*key, "fla"))
+        try:
+            if r["impl"].startswith("twinkernels") and fla:
+                r["vs fla"] = f"{float(fla['ms']) / float(r['ms']):.2f}x"
+            if r["impl"] == "twinkernels jax":
+                r["jax/torch"] = f"{float(r['ms']) / float(by[(*key, 'twinkernels torch')]['ms']):.2f}"
+        except (ValueError, KeyError):
+            pass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from bench.common import copy_bandwidth, graph_time_per_call, markdown_table, save, timed
+from bench.common import copy_bandwidth, fla_ratios, graph_time_per_call, markdown_table, save, timed
 
 HK, HV, D = 16, 32, 128
 TRAIN = [("gdn", 1, 32768, 16), ("gdn", 4, 4096, 0), ("kda", 1, 32768, 16), ("kda", 4, 4096, 0)]
@@ -192,21 +192,6 @@ def _decode_rows(torch, jax, jnp, torch_api, jax_api, B, bandwidth):
     return rows
 
 
-def _ratios(rows):
-    """fla time / ours (>1: we are faster) and JAX time / PyTorch time."""
-    by = {(r["op"], r["shape"], r["mode"], r["impl"]): r for r in rows}
-    for r in rows:
-        key = (r["op"], r["shape"], r["mode"])
-        try:
-            fla = by.get((*key, "fla"))
-            if r["impl"].startswith("twinkernels") and fla:
-                r["vs fla"] = f"{float(fla['ms']) / float(r['ms']):.2f}x"
-            if r["impl"] == "twinkernels jax":
-                r["jax/torch"] = f"{float(r['ms']) / float(by[(*key, 'twinkernels torch')]['ms']):.2f}"
-        except (ValueError, KeyError):
-            pass
-
-
 def run(progress=None) -> list[dict]:
     import jax
     import jax.numpy as jnp
@@ -222,7 +207,7 @@ def run(progress=None) -> list[dict]:
             rows += _train_rows(torch, jax, jnp, torch_api, jax_api, op, B, T, docs)
         if progress is not None:
             progress.update(1)
-    _ratios(rows)
+    fla_ratios(rows, ("op", "shape", "mode"))
     decode = []
     bandwidth = copy_bandwidth(torch)
     for B in DECODE if not only or "decode" in only else ():

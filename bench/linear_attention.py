@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from bench.common import markdown_table, save, timed
+from bench.common import fla_ratios, markdown_table, save, timed
 
 SHAPES = [(4, 4096, 16, 128), (1, 32768, 16, 128)]
 SWEEP_T = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -179,7 +179,7 @@ def run(progress=None) -> list[dict]:
         rows += new
         if progress is not None:
             progress.update(1)
-    _ratios(rows)
+    fla_ratios(rows, ("op", "gate", "shape", "mode"))
     sweep = []
     for T in SWEEP_T if not only or "sweep" in only else ():
         for op in ("lightning", "sdpa"):
@@ -195,21 +195,6 @@ def run(progress=None) -> list[dict]:
     print(markdown_table(sweep, ["op", "shape", "mode", "impl", "ms"]))
     _plot(sweep)
     return rows
-
-
-def _ratios(rows):
-    """fla time / ours (>1: we are faster) and JAX time / PyTorch time."""
-    by = {(r["op"], r["gate"], r["shape"], r["mode"], r["impl"]): r for r in rows}
-    for r in rows:
-        key = (r["op"], r["gate"], r["shape"], r["mode"])
-        fla = by.get((*key, "fla"))
-        try:
-            if r["impl"].startswith("twinkernels") and fla:
-                r["vs fla"] = f"{float(fla['ms']) / float(r['ms']):.2f}x"
-            if r["impl"] == "twinkernels jax":
-                r["jax/torch"] = f"{float(r['ms']) / float(by[(*key, 'twinkernels torch')]['ms']):.2f}"
-        except (ValueError, KeyError):
-            pass
 
 
 def count() -> int:

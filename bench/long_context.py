@@ -7,7 +7,7 @@ documents of random lengths; ``chunk`` with ``g`` (fla
 ``chunk_simple_gla``), ``lightning`` (fla ``chunk_lightning_attn``) and
 ``recurrent`` with ``gk`` (fla ``fused_recurrent``); forward and
 forward+backward.  "twinkernels torch, whole walk" is the PyTorch binding
-with the state passes' split turned off (state_split.SPLIT_OVERRIDE): the
+with the state passes' split turned off (state_split.forced_segments): the
 plan before issue 27, in the same run.
 ``TWINKERNELS_BENCH_ONLY="chunk,lightning,32768"`` keeps those ops and
 lengths.
@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 
-from bench.common import markdown_table, save, timed
+from bench.common import fla_ratios, markdown_table, save, timed
 from bench.linear_attention import LAYER_IDX, NUM_LAYERS, _inputs, _jax_pair, _torch_pair
+from core_triton.linear_attn.state_split import forced_segments
 
 H, D, DOCS = 16, 128, 16
 LENGTHS = [32768, 65536, 131072]
@@ -66,20 +67,6 @@ def _fla(op, cu):
     return lambda **x: chunk_lightning_attn(x["query"], x["key"], x["value"], LAYER_IDX, NUM_LAYERS, **kw)
 
 
-@contextlib.contextmanager
-def whole_walk():
-    """The state passes unsplit (the plan before issue 27)."""
-    from core_triton.linear_attn import chunk, state_split
-
-    state_split.SPLIT_OVERRIDE["segment_chunks"] = 0
-    chunk._make_plans.cache_clear()
-    try:
-        yield
-    finally:
-        state_split.SPLIT_OVERRIDE.pop("segment_chunks", None)
-        chunk._make_plans.cache_clear()
-
-
 def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
     x = _inputs(torch, gate, (1, T, H, D))
     cu = _cu(torch, T, docs)
@@ -108,7 +95,8 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
         for mode, call in zip(("fwd", "fwd+bwd"), pair, strict=True):
             row = {"op": f"{op} {gate}", "shape": shape, "mode": mode, "impl": name}
             try:
-                with whole_walk() if kind == "torch-whole" else contextlib.nullcontext():
+                # The whole walk: the state passes unsplit (the plan before issue 27).
+                with forced_segments(0) if kind == "torch-whole" else contextlib.nullcontext():
                     row["ms"] = f"{timed(call, sync) * 1e3:.3f}"
             except Exception as e:  # one refused baseline must not hide the rest
                 row["ms"] = f"error: {type(e).__name__}: {str(e)[:90]}"
@@ -116,21 +104,6 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
             rows.append(row)
         torch.cuda.empty_cache()
     return rows
-
-
-def _ratios(rows):
-    """fla time / ours (>1: we are faster), JAX time / PyTorch time."""
-    by = {(r["op"], r["shape"], r["mode"], r["impl"]): r for r in rows}
-    for r in rows:
-        key = (r["op"], r["shape"], r["mode"])
-        fla = by.get((*key, "fla"))
-        try:
-            if r["impl"].startswith("twinkernels") and fla:
-                r["vs fla"] = f"{float(fla['ms']) / float(r['ms']):.2f}x"
-            if r["impl"] == "twinkernels jax":
-                r["jax/torch"] = f"{float(r['ms']) / float(by[(*key, 'twinkernels torch')]['ms']):.2f}"
-        except (ValueError, KeyError):
-            pass
 
 
 def run(progress=None) -> list[dict]:
@@ -150,7 +123,7 @@ def run(progress=None) -> list[dict]:
             rows += _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs)
         if progress is not None:
             progress.update(1)
-    _ratios(rows)
+    fla_ratios(rows, ("op", "shape", "mode"))
     save("long_context", rows, {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"})
     print(markdown_table(rows, ["op", "shape", "mode", "impl", "ms", "vs fla", "jax/torch"]))
     return rows

@@ -20,7 +20,7 @@ def main(argv):
     import torch
 
     import torch_api
-    from core_triton.linear_attn import chunk, state_split
+    from core_triton.linear_attn.state_split import forced_segments
 
     sizes = argv or ["0", "auto", "16", "32", "64"]
     for B, T, docs in SHAPES:
@@ -31,12 +31,9 @@ def main(argv):
             fwd, fwd_bwd = _torch_pair(torch, _ours(torch_api, op, _cu(torch, T, docs)), x, list(x))
             line = []
             for s in sizes:
-                state_split.SPLIT_OVERRIDE.clear()
-                if s != "auto":
-                    state_split.SPLIT_OVERRIDE["segment_chunks"] = int(s)
-                chunk._make_plans.cache_clear()
                 sync = lambda _: torch.cuda.synchronize()  # noqa: E731
-                f, fb = timed(fwd, sync) * 1e3, timed(fwd_bwd, sync) * 1e3
+                with forced_segments(None if s == "auto" else int(s)):
+                    f, fb = timed(fwd, sync) * 1e3, timed(fwd_bwd, sync) * 1e3
                 line.append(f"S={s}: {f:.3f}/{fb:.3f}")
             print(f"{op} B{B} T{T} docs{docs} (fwd/fwd+bwd ms): " + "  ".join(line), flush=True)
             torch.cuda.empty_cache()

@@ -30,6 +30,8 @@ may be shorter); packed input places them by chunk slot
 GPU mostly idle.
 """
 
+import contextlib
+
 import triton.language as tl
 
 from core_triton.common.runtime import jit
@@ -48,8 +50,30 @@ PROGRAMS_PER_SM = 16  # the split aims for this many
 MIN_SEGMENT_CHUNKS = 32
 
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
-# S = 0 for the whole-sequence walk.
+# S = 0 for the whole-sequence walk (set it through forced_segments, which
+# also drops the plans made before).
 SPLIT_OVERRIDE: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def forced_segments(segment_chunks: int | None):
+    """Plan the chunk ops (chunk_linear_attn, lightning) inside the block
+    with segments of ``segment_chunks`` chunks (0: the whole-sequence walk;
+    None: the plan's own choice).  The chunk plans cached before and inside
+    are dropped, so no plan outlives the setting it was made under."""
+    from core_triton.linear_attn import chunk  # it imports this module
+
+    before = dict(SPLIT_OVERRIDE)
+    SPLIT_OVERRIDE.pop("segment_chunks", None)
+    if segment_chunks is not None:
+        SPLIT_OVERRIDE["segment_chunks"] = segment_chunks
+    chunk._make_plans.cache_clear()
+    try:
+        yield
+    finally:
+        SPLIT_OVERRIDE.clear()
+        SPLIT_OVERRIDE.update(before)
+        chunk._make_plans.cache_clear()
 
 
 def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int) -> int:

@@ -64,16 +64,8 @@ def chunk_plans(K, V, BT, dtype, gates, reverse=False, group=1, split=None):
     k, v = _info((B, T, H, K), dtype), _info((B, T, H, V), dtype)
     g = _info((B, T, H), "float32") if "g" in gates else None
     gamma = _info((H,), "float32") if "gamma" in gates else None
-    before = dict(state_split.SPLIT_OVERRIDE)
-    if split is not None:
-        state_split.SPLIT_OVERRIDE["segment_chunks"] = split
-    cla._make_plans.cache_clear()
-    try:
+    with state_split.forced_segments(split):
         p = cla.plans(q, k, v, g=g, g_gamma=gamma, reverse=reverse, chunk_size=BT)
-    finally:
-        state_split.SPLIT_OVERRIDE.clear()
-        state_split.SPLIT_OVERRIDE.update(before)
-        cla._make_plans.cache_clear()
     out = [(_kernel_name(plan), plan) for plan in (*p.forward, *p.backward)]
     return [(n, plan) for n, plan in out if n is not None]
 

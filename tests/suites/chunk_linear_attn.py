@@ -42,20 +42,14 @@ SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 1), (("g",), False, False
 def state_split(fw, segment_chunks):
     """Plan chunk_linear_attn (and lightning) with the state passes split
     into segments of ``segment_chunks`` chunks (0: never split)."""
-    from core_triton.linear_attn import chunk
-    from core_triton.linear_attn import state_split as split
+    from core_triton.linear_attn.state_split import forced_segments
 
-    before = dict(split.SPLIT_OVERRIDE)
-    split.SPLIT_OVERRIDE["segment_chunks"] = segment_chunks
-    chunk._make_plans.cache_clear()
-    fw.clear_caches()
-    try:
-        yield
-    finally:
-        split.SPLIT_OVERRIDE.clear()
-        split.SPLIT_OVERRIDE.update(before)
-        chunk._make_plans.cache_clear()
+    with forced_segments(segment_chunks):
         fw.clear_caches()
+        try:
+            yield
+        finally:
+            fw.clear_caches()
 
 
 def is_split(plans) -> bool:
