@@ -8,12 +8,20 @@ at each sequence's first token.  Launch sequence, forward:
    kernel, float32, same direction as the recurrence); ``g_gamma``'s is
    formed in the kernels;
 2. ``h, final``: states entering every chunk, and the final state
-   (chunk_fwd_state.py); at batch 1 and long sequences split over the
-   sequence in three launches (state_split.py);
-3. ``o``: output = inter-chunk (``q @ h``) + intra-chunk (chunk_output.py).
+   (chunk_fwd_state.py);
+3. ``o``: output = inter-chunk (``q @ h``) + intra-chunk
+   (chunk_fwd_output.py).
+
+At batch 1 and long sequences the state pass splits over the sequence
+(state_split.py): the segments' states from zero, the carry over segments
+(``seg_start``, ``final``), then ``o`` from each segment's start state
+with the chunk states kept in registers (chunk_output_segment_kernel): no
+``h`` in memory.  The backward then begins by storing ``h`` from
+``seg_start``.
 
 Backward (from ``do`` and the final state's cotangent ``dht``):
 
+0. ``h`` (split forward only, see above);
 1. ``dh, dh0``: gradients of the states leaving every chunk, and of the
    initial state (chunk_bwd_state.py; split like the forward's);
 2. ``dv`` (chunk_backward_dv.py);
@@ -55,7 +63,7 @@ from core_triton.linear_attn.chunk_bwd_state import (
     chunk_state_backward_kernel,
     chunk_state_backward_segment_kernel,
 )
-from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel
+from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel, chunk_output_segment_kernel
 from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel, chunk_state_segment_kernel
 from core_triton.linear_attn.state_split import segment_carry_kernel
 
@@ -92,15 +100,19 @@ def _tiles(
     ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
     case (float32, no grouped queries).  Where nothing fits (float32 inputs
     with 256-token chunks: the [BT, BT] float32 scores alone take 256 KiB)
-    the smallest tiles are returned."""
+    the smallest tiles are returned, or for ``chunk_output_segment`` (whose
+    BK is all of K) None."""
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
+    # The segment output pass holds a whole [K, BV] state: BK is all of K.
+    whole_k = kernel == "chunk_output_segment"
     if interpreted:
         # Whole numpy tiles run fastest; 64 still exercises multi-tile loops.
-        t = dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2)
+        t = dict(BK=kp if whole_k else min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2)
         return {**t, **TILE_OVERRIDES.get(kernel, {})}
     t = {
         "chunk_state": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
         "chunk_output": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
+        "chunk_output_segment": dict(BK=kp, BV=min(vp, 64 if kp <= 128 else 32), num_warps=4, num_stages=2),
         "chunk_state_backward": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=2),
         "chunk_dv": dict(BK=min(kp, 128), BV=min(vp, 64), num_warps=4, num_stages=2),
         # All of K in one tile where it fits (no recomputed scores).
@@ -111,10 +123,14 @@ def _tiles(
     t = {**t, **TILE_OVERRIDES.get(kernel, {})}
     sizes = dict(itemsize=itemsize, state_itemsize=state_itemsize, ieee=ieee, group=group)
     options = shared_memory.candidates(t["BK"], t["BV"], t["num_stages"])
+    if whole_k:
+        options = [o for o in options if o[0] == t["BK"]]
     for bk, bv, stages in options:
         if shared_memory.need(kernel, BT, bk, bv, stages, **sizes) <= limit:
-            break
-    return {**t, "BK": bk, "BV": bv, "num_stages": stages}
+            return {**t, "BK": bk, "BV": bv, "num_stages": stages}
+    # Nothing fits: the smallest tiles (the segment output pass: None, and
+    # the plan stores the chunk states for chunk_output instead).
+    return None if whole_k else {**t, "BK": bk, "BV": bv, "num_stages": stages}
 
 
 def kernel_chunk(chunk: int, dtype: str) -> int:
@@ -330,18 +346,42 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
 
         seg_out = (OutputSpec(seg_shape, "float32"), OutputSpec(seg_rows, "float32"))
         pad = OutputSpec((1,), "float32")  # the seg_decay a storing pass leaves alone
+        store_h = split_pass(
+            "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
+            (OutputSpec(h_shape, h_dtype), pad), ("h", "seg_pad"), True, (),
+        )  # fmt: skip
         forward += [
             split_pass(
                 "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("key"),
                 seg_out, ("seg_delta", "seg_decay"), False, (),
             ),
             carry(opt("initial_state", use_h0), use_h0, a.reverse, ("seg", "final"), "float32"),
-            split_pass(
-                "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
-                (OutputSpec(h_shape, h_dtype), pad), ("h", "seg_pad"), True, (),
-            ),
         ]  # fmt: skip
+        # The output from the segments' start states, no chunk states in
+        # memory (chunk_output_segment_kernel); the backward stores them.
+        # Where its whole-K tiles fit in no shared memory, the forward
+        # stores them for chunk_output_kernel as the whole walk does.
+        fused = tiles_of("chunk_output_segment") is not None
+        fused = fused and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
+        if fused:
+            forward.append(
+                tiled(
+                    "chunk_output_segment",
+                    chunk_output_segment_kernel,
+                    lambda t: (cdiv(V, t["BV"]), NG, B * H),
+                    params=(
+                        In("query"), In("key"), In("value"), gc, gamma, In("seg_start"), cu, co,
+                        a.scale, T, N, n_iter, NT, NS, NG, S,
+                    ),
+                    outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
+                    output_names=("o",),
+                    constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
+                )
+            )  # fmt: skip
+        else:
+            forward.append(store_h)
     else:
+        fused = False
         forward.append(
             tiled(
                 "chunk_state",
@@ -354,21 +394,23 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             )
         )
     scalars = (a.scale, T, N, n_iter, NT, NS)
-    forward.append(
-        tiled(
-            "chunk_output",
-            chunk_output_kernel,
-            slot_grid(HQ),
-            params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
-            outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
-            output_names=("o",),
-            constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
+    if not fused:
+        forward.append(
+            tiled(
+                "chunk_output",
+                chunk_output_kernel,
+                slot_grid(HQ),
+                params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
+                outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
+                output_names=("o",),
+                constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
+            )
         )
-    )
 
     if S:
         lead, extra = (In("query"), In("do")), (a.scale,)
-        backward = [
+        backward = [store_h] if fused else []
+        backward += [
             split_pass(
                 "chunk_state_backward", chunk_state_backward_segment_kernel, lead, In("query"),
                 seg_out, ("dseg_delta", "dseg_decay"), False, extra,
@@ -455,7 +497,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         grads.append(("g_gamma", "dg_gamma"))
     if use_h0:
         grads.append(("initial_state", "dh0"))
-    residuals = ("h", "final") + (("gc",) if use_g else ())
+    residuals = ("seg_start" if fused else "h", "final") + (("gc",) if use_g else ())
     inputs = ("query", "key", "value") + tuple(
         n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
     )

@@ -11,14 +11,19 @@ with ``D`` the in-chunk decay mask (_chunk_la_common.intra_decay) and
 Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc``,
 ``g_gamma``, ``h [slots, H, K, V]``, ``cu_seqlens``, ``chunk_offsets``.
 Output: ``o [B*T, HQ, V]`` in the inputs' dtype.
+
+Where the state pass splits over the sequence (state_split.py),
+:func:`chunk_output_segment_kernel` computes the same output from each
+segment's start state instead, walking the chunks with the state in
+registers.
 """
 
 import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import chunk_of_slot
-from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot
+from core_triton.common.sequences import chunk_of_slot, segment_of_slot
+from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot, update_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -98,3 +103,111 @@ def chunk_output_kernel(
         out.to(o.dtype.element_ty),
         mask=m_t[:, None] & m_v[None, :],
     )
+
+
+@jit(sizes=("T", "N", "n_iter", "NT", "NS", "NG", "S"))
+def chunk_output_segment_kernel(
+    q,
+    k,
+    v,
+    gc,
+    g_gamma,
+    seg_start,
+    cu_seqlens,
+    chunk_offsets,
+    scale,
+    T,
+    N,
+    n_iter,
+    NT,
+    NS,
+    NG,
+    S,
+    o,
+    HQ: tl.constexpr,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    USE_G: tl.constexpr,
+    USE_GAMMA: tl.constexpr,
+    REVERSE: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    IEEE: tl.constexpr,
+    STATE_F32: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+):
+    """The output of the split state pass (core_triton/linear_attn/state_split.py)
+    with no chunk states in memory: one program per (V tile, segment slot,
+    batch row x state head) starts from ``seg_start [segments, H, K, V]``
+    (float32, the state entering the segment) and walks the segment's
+    chunks in visiting order; at each chunk it writes the output of every
+    query head of the group (the formula of :func:`chunk_output_kernel`,
+    the state it multiplies in the same dtype that kernel reads ``h`` in),
+    then carries the ``[BK, BV]`` float32 state (``BK >= K``: all of it)
+    over the chunk as chunk_fwd_state does.  Where the storing pass writes
+    ``h`` (``B*T*H*K*V/BT`` elements, as many as the inputs at K = V = BT
+    = 64... and twice that in float32) and the output kernel reads it back,
+    this pass keeps the state in registers; the backward recomputes ``h``
+    from ``seg_start``."""
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    GROUP: tl.constexpr = HQ // H
+    i_v = tl.program_id(0)
+    i_g = tl.program_id(1)
+    i_bh = tl.program_id(2)
+    i_b = i_bh // H
+    i_h = i_bh % H
+    _, bos, eos, _, c0, c1, seg = segment_of_slot(
+        cu_seqlens, chunk_offsets, i_g, i_b, T, N, n_iter, NT, NS, NG, S, BT, IS_VARLEN
+    )
+    if c1 <= c0:
+        return  # a spare slot of packed input: no segment
+
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    state = tl.load(
+        seg_start + (seg * H + i_h) * K * V + o_k[:, None].to(tl.int64) * V + o_v[None, :],
+        mask=m_k[:, None] & m_v[None, :],
+        other=0,
+    )
+    for it in range(0, (c1 - c0).to(tl.int32)):
+        if REVERSE:
+            c = c1 - 1 - it
+        else:
+            c = c0 + it
+        ts = bos + c * BT
+        te = tl.minimum(ts + BT, eos)
+        o_t = ts + tl.arange(0, BT).to(tl.int64)
+        m_t = o_t < te
+        b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
+        b_kt = tl.load(
+            k + (o_t[None, :] * H + i_h) * K + o_k[:, None], mask=m_k[:, None] & m_t[None, :], other=0
+        )
+        b_v = tl.load(
+            v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0
+        )
+        decay = intra_decay(b, m_t, BT, REVERSE, False)
+        for j in tl.static_range(GROUP):
+            i_hq = i_h * GROUP + j
+            b_q = tl.load(
+                q + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0
+            )
+            scores = dot(b_q, b_kt, PREC) * decay
+            # Half-precision operands unless the inputs are float32, here
+            # and in the update below, even where a per-token gate keeps the
+            # chunk states float32 (STATE_F32): that is for the backward's
+            # sake, which recomputes them from seg_start (written by the
+            # float32 pass from zero); the states walked here reach only
+            # this output, rounded as lightning's half-precision ones are.
+            out = state_dot(b_q, state, PREC, IEEE) * tl.exp(b)[:, None]
+            out = (out + dot(scores.to(b_v.dtype), b_v, PREC)) * scale
+            tl.store(
+                o + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :],
+                out.to(o.dtype.element_ty),
+                mask=m_t[:, None] & m_v[None, :],
+            )
+        w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
+        state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, PREC, IEEE)

@@ -32,7 +32,14 @@ H100_SHARED_BYTES = 232_448
 # room for Triton versions that allocate a little differently.
 CALIBRATION_HEADROOM = 1.05
 
-KERNELS = ("chunk_state", "chunk_output", "chunk_state_backward", "chunk_dv", "chunk_dqk")
+KERNELS = (
+    "chunk_state",
+    "chunk_output",
+    "chunk_output_segment",
+    "chunk_state_backward",
+    "chunk_dv",
+    "chunk_dqk",
+)
 
 
 def need(
@@ -67,6 +74,13 @@ def need(
         # [BT, BT] scores times v (do) [BT, BV].
         loop = S * (2 * BT * BK * e + BK * BV * s)
         return loop + BT * BK * s + scores + BT * BV * e
+    if kernel == "chunk_output_segment":
+        # Loop over chunks: k^T [BK, BT], v [BT, BV], gates [BT] and the
+        # group's q [BT, BK] (unrolled); the state [BK, BV], the
+        # decay-weighted k^T [BK, BT], v and the scores [BT, BT] as dot
+        # operands, in the inputs' dtype (the kernel's products are).
+        loop = S * (BK * BT * e + BT * BV * e + group * BT * BK * e + BT * 4)
+        return loop + (BK * BV + BK * BT + BT * BV + BT * BT) * e + scores
     if kernel == "chunk_dqk":
         # Loop over V: do, v [BT, BV] and h^T, dh^T [BV, BK]; do, v as float32
         # operands of the state products; k, q [BT, BK] as B operands.

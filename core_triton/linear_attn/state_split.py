@@ -17,8 +17,10 @@ zero start.  Three launches replace the walk:
 2. :func:`segment_carry_kernel`, one program per (tile, sequence x head):
    the state entering each segment, from the initial state, segment after
    segment (a short walk: a few dozen segments), and the final state;
-3. every segment again from its carried start, in parallel, storing the
-   state entering each chunk (``STORE_H``).
+3. every segment again from its carried start, in parallel: the forward
+   computes the output there (chunk_fwd_output.chunk_output_segment_kernel,
+   no chunk state in memory) and the backward stores the state entering
+   each chunk (``STORE_H``), which its other kernels read.
 
 The backward's gradient pass is the same recurrence walked the other way
 (chunk_bwd_state.py), with the final state's cotangent as its start.
@@ -50,23 +52,30 @@ PROGRAMS_PER_SM = 16  # the split aims for this many
 MIN_SEGMENT_CHUNKS = 32
 
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
-# S = 0 for the whole-sequence walk (set it through forced_segments, which
+# S = 0 for the whole-sequence walk, and {"fused_output": 0} the forward
+# that stores the chunk states (set them through forced_segments, which
 # also drops the plans made before).
 SPLIT_OVERRIDE: dict[str, int] = {}
 
 
 @contextlib.contextmanager
-def forced_segments(segment_chunks: int | None):
+def forced_segments(segment_chunks: int | None, fused_output: bool = True):
     """Plan the chunk ops (chunk_linear_attn, lightning) inside the block
     with segments of ``segment_chunks`` chunks (0: the whole-sequence walk;
-    None: the plan's own choice).  The chunk plans cached before and inside
-    are dropped, so no plan outlives the setting it was made under."""
+    None: the plan's own choice); ``fused_output`` False makes a split
+    forward store the chunk states for the output kernel, as it does where
+    the segment output pass's tiles fit in no shared memory.  The chunk
+    plans cached before and inside are dropped, so no plan outlives the
+    setting it was made under."""
     from core_triton.linear_attn import chunk  # it imports this module
 
     before = dict(SPLIT_OVERRIDE)
     SPLIT_OVERRIDE.pop("segment_chunks", None)
+    SPLIT_OVERRIDE.pop("fused_output", None)
     if segment_chunks is not None:
         SPLIT_OVERRIDE["segment_chunks"] = segment_chunks
+    if not fused_output:
+        SPLIT_OVERRIDE["fused_output"] = 0
     chunk._make_plans.cache_clear()
     try:
         yield

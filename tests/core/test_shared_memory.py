@@ -36,6 +36,7 @@ NAMES = {
     # The state passes split over the sequence walk the same tiles.
     "chunk_state_segment_kernel": "chunk_state",
     "chunk_state_backward_segment_kernel": "chunk_state_backward",
+    "chunk_output_segment_kernel": "chunk_output_segment",
 }
 # Float32 inputs with 256-token chunks: the [256, 256] float32 scores take
 # 256 KiB of shared memory in output, dv and dqk whatever the tiles
@@ -169,9 +170,19 @@ def test_model_bounds_sm90_compile(case):
     res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    # Whole walk: 5 launches; split: the two state passes twice each.
-    assert len(rows) == 5 + (4 if split else 0), res.stdout
-    assert {r["kernel"] for r in rows} == set(NAMES.values()), res.stdout
+    # Whole walk: 5 launches; split: the two state passes twice each, and
+    # the segment output pass where its tiles fit (the forward stores the
+    # chunk states for chunk_output otherwise).
+    K, V, BT, dtype, gates, _, *group = case
+    ieee, gated = dtype == "float32", "g" in gates.split(",")
+    fits = cla._tiles(
+        "chunk_output_segment", K, V, cla.kernel_chunk(BT, dtype), False, itemsize=4 if ieee else 2,
+        state_itemsize=4 if ieee or gated else 2, ieee=ieee, group=group[0] if group else 1,
+    )  # fmt: skip
+    fused = split and fits is not None
+    assert len(rows) == 5 + (4 if split else 0) + fused, res.stdout
+    expected = set(NAMES.values()) - (set() if fused else {"chunk_output_segment"})
+    assert {r["kernel"] for r in rows} == expected, res.stdout
     for r in rows:
         assert r["shared"] <= LIMIT, r
         assert r["model"] >= shared_memory.CALIBRATION_HEADROOM * r["shared"], r

@@ -39,12 +39,14 @@ SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 1), (("g",), False, False
 
 
 @contextlib.contextmanager
-def state_split(fw, segment_chunks):
+def state_split(fw, segment_chunks, fused_output=True):
     """Plan chunk_linear_attn (and lightning) with the state passes split
-    into segments of ``segment_chunks`` chunks (0: never split)."""
+    into segments of ``segment_chunks`` chunks (0: never split);
+    ``fused_output`` False: the split forward that stores the chunk states
+    (where the segment output pass's tiles do not fit)."""
     from core_triton.linear_attn.state_split import forced_segments
 
-    with forced_segments(segment_chunks):
+    with forced_segments(segment_chunks, fused_output):
         fw.clear_caches()
         try:
             yield
@@ -52,15 +54,19 @@ def state_split(fw, segment_chunks):
             fw.clear_caches()
 
 
-def is_split(plans) -> bool:
+def is_split(plans, fused_output=True) -> bool:
     """Whether ``plans`` (an OpPlans) run the split state passes, forward
-    and backward."""
+    and backward, with the forward's output from the segments' start
+    states (``fused_output``) or from stored chunk states."""
+    from core_triton.linear_attn.chunk_fwd_output import chunk_output_segment_kernel
     from core_triton.linear_attn.state_split import segment_carry_kernel
 
-    def carries(steps):
-        return any(p.kernel is segment_carry_kernel for p in steps)
+    def runs(steps, kernel):
+        return any(p.kernel is kernel for p in steps)
 
-    return carries(plans.forward) and carries(plans.backward)
+    fused = runs(plans.forward, chunk_output_segment_kernel)
+    carries = runs(plans.forward, segment_carry_kernel) and runs(plans.backward, segment_carry_kernel)
+    return carries and fused == fused_output
 
 
 def chunk_plans(x, cu, reverse, chunk_size=16):
@@ -175,6 +181,16 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         )
         with state_split(self.fw, 1):
             check_case(self.fw, self._fn(reverse=True), x, cu, cots, reverse=True)
+
+    @pytest.mark.parametrize("packed", [False, True])
+    def test_split_forward_storing_chunk_states(self, packed):
+        # The split forward that stores every chunk's state for the output
+        # kernel (where the segment output pass's whole-K tiles fit in no
+        # shared memory: float32 at K = 256 on the H100).
+        x, cu, cots = make_case(self.fw, gates=("g", "g_gamma"), packed=packed, h0=True, seed=16, **SMALL)
+        with state_split(self.fw, 2, fused_output=False):
+            assert is_split(chunk_plans(x, cu, False), fused_output=False)
+            check_case(self.fw, self._fn(), x, cu, cots)
 
     def test_split_state_passes_without_initial_state(self):
         # No h0: the carry starts from zero; an empty sequence and one of a
