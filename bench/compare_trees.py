@@ -11,7 +11,10 @@ and forward+backward, both bindings; ``chunk_linear_attn`` with ``g`` and
 ``lightning_attn`` at B4 T4096 H16 K=V=128, forward+backward, PyTorch.
 With ``COMPARE_CASES=latency``: eager PyTorch forward+backward at B2 T512
 H8 D64 (flash causal, chunk with ``g``, lightning), host-bound, in us per
-call, with SDPA's in each process as the host's yardstick.
+call, with SDPA's in each process as the host's yardstick.  With
+``COMPARE_CASES=linear``: ``chunk_linear_attn`` with ``g`` and lightning,
+forward and forward+backward, at B4 T4096 and B1 T32768 (H16, K = V = 128,
+bf16), PyTorch, in ms.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os, sys, time, statistics
 import torch
 import jax, jax.numpy as jnp
 import torch_api, jax_api
+print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
 
 def timed(fn, sync, iters, reps=5):
     for _ in range(3):
@@ -69,10 +73,46 @@ for name, fn in (
     print(f"RESULT linear {name} {timed(fn, tsync, iters=10) * 1e3:.3f} ms", flush=True)
 """
 
+_LINEAR = r"""
+import time, statistics
+import torch
+import torch_api
+print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
+
+def timed(fn, iters=10, reps=5):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t) / iters)
+    return statistics.median(out)
+
+H, K = 16, 128
+for B, T in ((4, 4096), (1, 32768)):
+    x = [torch.randn(B, T, H, K, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+    g = (-torch.nn.functional.softplus(torch.randn(B, T, H, device="cuda"))).requires_grad_(True)
+    do = torch.randn_like(x[2])
+    chunk = lambda: torch_api.chunk_linear_attn(*x, g=g)[0]
+    light = lambda: torch_api.lightning_attn(*x, layer_idx=2, num_layers=8)[0]
+    for name, fn in (
+        ("chunk g fwd", lambda: chunk().detach()),
+        ("chunk g fwd+bwd", lambda: torch.autograd.grad(chunk(), [*x, g], do)),
+        ("lightning fwd", lambda: light().detach()),
+        ("lightning fwd+bwd", lambda: torch.autograd.grad(light(), x, do)),
+    ):
+        print(f"RESULT linear B{B} T{T} {name} {timed(fn) * 1e3:.3f} ms", flush=True)
+"""
+
 _LATENCY = r"""
 import time, statistics
 import torch
 import torch_api
+print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
 
 def timed(fn, iters=50, reps=7):
     for _ in range(5):
@@ -109,8 +149,12 @@ def _run(tree: str) -> dict[str, str]:
         os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])
     )
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    cases = _LATENCY if os.environ.get("COMPARE_CASES") == "latency" else _CASES
-    proc = subprocess.run([sys.executable, "-c", cases], env=env, capture_output=True, text=True, timeout=600)
+    cases = {"latency": _LATENCY, "linear": _LINEAR}.get(os.environ.get("COMPARE_CASES", ""), _CASES)
+    # cwd: ``python -c`` puts the working directory first on sys.path, so
+    # run from the tree (from the checkout, both runs imported its code).
+    proc = subprocess.run(
+        [sys.executable, "-c", cases], env=env, capture_output=True, text=True, timeout=600, cwd=tree
+    )
     if proc.returncode:
         print(proc.stderr[-3000:], file=sys.stderr)
     out = {}

@@ -8,7 +8,9 @@ documents of random lengths; ``chunk`` with ``g`` (fla
 ``recurrent`` with ``gk`` (fla ``fused_recurrent``); forward and
 forward+backward.  "twinkernels torch, whole walk" is the PyTorch binding
 with the state passes' split turned off (state_split.forced_segments): the
-plan before issue 27, in the same run.
+plan before issue 27, in the same run; "split storing h" the split whose
+forward writes every chunk's state for the output kernel (before the
+segment output pass).
 ``TWINKERNELS_BENCH_ONLY="chunk,lightning,32768"`` keeps those ops and
 lengths.
 """
@@ -79,6 +81,7 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
     }
     if op != "recurrent":
         impls["twinkernels torch, whole walk"] = ("torch-whole", _ours(torch_api, op, cu))
+        impls["twinkernels torch, split storing h"] = ("torch-stored", _ours(torch_api, op, cu))
     try:
         impls["fla"] = ("torch", _fla(op, cu))
     except Exception as e:  # fla is optional: say why it is missing
@@ -95,8 +98,12 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
         for mode, call in zip(("fwd", "fwd+bwd"), pair, strict=True):
             row = {"op": f"{op} {gate}", "shape": shape, "mode": mode, "impl": name}
             try:
-                # The whole walk: the state passes unsplit (the plan before issue 27).
-                with forced_segments(0) if kind == "torch-whole" else contextlib.nullcontext():
+                # The whole walk: the state passes unsplit (the plan before
+                # issue 27); split storing h: the split forward that writes
+                # every chunk's state for the output kernel (before the
+                # segment output pass).
+                setting = {"torch-whole": (0,), "torch-stored": (None, False)}.get(kind)
+                with forced_segments(*setting) if setting else contextlib.nullcontext():
                     row["ms"] = f"{timed(call, sync) * 1e3:.3f}"
             except Exception as e:  # one refused baseline must not hide the rest
                 row["ms"] = f"error: {type(e).__name__}: {str(e)[:90]}"

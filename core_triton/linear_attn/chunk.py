@@ -14,14 +14,15 @@ at each sequence's first token.  Launch sequence, forward:
 
 At batch 1 and long sequences the state pass splits over the sequence
 (state_split.py): the segments' states from zero, the carry over segments
-(``seg_start``, ``final``), then ``o`` from each segment's start state
-with the chunk states kept in registers (chunk_output_segment_kernel): no
-``h`` in memory.  The backward then begins by storing ``h`` from
-``seg_start``.
+(``seg_start``, ``final``), then, where the chunk states are float32, ``o``
+from each segment's start state with the chunk states kept in registers
+(chunk_output_segment_kernel): no ``h`` in memory, and the backward begins
+by storing ``h`` from ``seg_start``; with half-precision states the
+segments store ``h`` for step 3.
 
 Backward (from ``do`` and the final state's cotangent ``dht``):
 
-0. ``h`` (split forward only, see above);
+0. ``h`` (after the segment output pass only, see above);
 1. ``dh, dh0``: gradients of the states leaving every chunk, and of the
    initial state (chunk_bwd_state.py; split like the forward's);
 2. ``dv`` (chunk_backward_dv.py);
@@ -357,11 +358,17 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             ),
             carry(opt("initial_state", use_h0), use_h0, a.reverse, ("seg", "final"), "float32"),
         ]  # fmt: skip
-        # The output from the segments' start states, no chunk states in
-        # memory (chunk_output_segment_kernel); the backward stores them.
-        # Where its whole-K tiles fit in no shared memory, the forward
-        # stores them for chunk_output_kernel as the whole walk does.
-        fused = tiles_of("chunk_output_segment") is not None
+        # Float32 chunk states (a per-token gate, or float32 inputs): the
+        # output from the segments' start states, no chunk states in memory
+        # (chunk_output_segment_kernel), and the backward stores them.  On
+        # the H200 at B1 T32k (bf16, H16, K = V = 128) that took chunk g
+        # from 1.30 to 0.74 ms forward and 3.50 to 3.36 forward+backward.
+        # Half-precision states (no per-token gate, half inputs) are stored
+        # by the forward as before: the backward's pass to store them cost
+        # lightning more (1.80 -> 1.88 ms forward+backward) than the
+        # forward saved (0.59 -> 0.51).  Where the whole-K tiles fit in no
+        # shared memory (float32 at K = 256) the forward stores them too.
+        fused = state_f32 and tiles_of("chunk_output_segment") is not None
         fused = fused and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
         if fused:
             forward.append(

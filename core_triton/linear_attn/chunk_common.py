@@ -35,12 +35,29 @@ from core_triton.common.kernel_helpers import dot
 
 
 @triton.jit
+def split_half(x, HALF: tl.constexpr):
+    """``(hi, lo)`` in dtype ``HALF`` with ``hi + lo`` equal to float32 ``x``
+    to about 16 significant bits (bf16: 8 + 8): a float32 operand of a
+    product whose other operand is half precision runs as two
+    half-precision products, more exact than one tf32 product (11 bits)
+    and without staging float32 operands in shared memory."""
+    hi = x.to(HALF)
+    lo = (x - hi.to(tl.float32)).to(HALF)
+    return hi, lo
+
+
+@triton.jit
 def state_dot(a, s, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
-    """``a @ s`` for a chunk-state tile ``s``: float32 operands when the
-    states are float32 (tf32 products on the tensor cores, full float32
-    with ``PRECISION`` "ieee"), else ``a``'s half dtype."""
+    """``a @ s`` for a chunk-state tile ``s``: with float32 states, full
+    float32 products for float32 ``a`` (``PRECISION`` "ieee"), else ``s``
+    split into two of ``a``'s half dtype (split_half); half-precision
+    states: ``a``'s half dtype."""
     if STATE_F32:
-        out = dot(a.to(tl.float32), s.to(tl.float32), PRECISION)
+        if a.dtype == tl.float32:
+            out = dot(a, s.to(tl.float32), PRECISION)
+        else:
+            hi, lo = split_half(s.to(tl.float32), a.dtype)
+            out = dot(a, hi, PRECISION) + dot(a, lo, PRECISION)
     else:
         out = dot(a, s.to(a.dtype), PRECISION)
     return out
@@ -49,10 +66,16 @@ def state_dot(a, s, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
 @triton.jit
 def update_dot(a, b, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
     """``a @ b`` where ``a`` (float32: decay-weighted keys or queries) builds
-    a state update: kept float32 when states are, else rounded to ``b``'s
-    half dtype like the tensor cores want."""
+    a state update: with float32 states, full float32 products for float32
+    ``b``, else ``a`` split into two of ``b``'s half dtype (split_half);
+    half-precision states: ``a`` rounded to ``b``'s half dtype like the
+    tensor cores want."""
     if STATE_F32:
-        out = dot(a, b.to(tl.float32), PRECISION)
+        if b.dtype == tl.float32:
+            out = dot(a, b, PRECISION)
+        else:
+            hi, lo = split_half(a, b.dtype)
+            out = dot(hi, b, PRECISION) + dot(lo, b, PRECISION)
     else:
         out = dot(a.to(b.dtype), b, PRECISION)
     return out

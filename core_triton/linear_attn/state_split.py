@@ -17,10 +17,11 @@ zero start.  Three launches replace the walk:
 2. :func:`segment_carry_kernel`, one program per (tile, sequence x head):
    the state entering each segment, from the initial state, segment after
    segment (a short walk: a few dozen segments), and the final state;
-3. every segment again from its carried start, in parallel: the forward
-   computes the output there (chunk_fwd_output.chunk_output_segment_kernel,
-   no chunk state in memory) and the backward stores the state entering
-   each chunk (``STORE_H``), which its other kernels read.
+3. every segment again from its carried start, in parallel, storing the
+   state entering each chunk (``STORE_H``); with float32 chunk states the
+   forward computes the output there instead
+   (chunk_fwd_output.chunk_output_segment_kernel, no chunk state in
+   memory) and the backward stores the states.
 
 The backward's gradient pass is the same recurrence walked the other way
 (chunk_bwd_state.py), with the final state's cotangent as its start.
@@ -63,8 +64,8 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True):
     """Plan the chunk ops (chunk_linear_attn, lightning) inside the block
     with segments of ``segment_chunks`` chunks (0: the whole-sequence walk;
     None: the plan's own choice); ``fused_output`` False makes a split
-    forward store the chunk states for the output kernel, as it does where
-    the segment output pass's tiles fit in no shared memory.  The chunk
+    forward with float32 chunk states store them for the output kernel, as
+    it does where the segment output pass's tiles fit in no shared memory.  The chunk
     plans cached before and inside are dropped, so no plan outlives the
     setting it was made under."""
     from core_triton.linear_attn import chunk  # it imports this module

@@ -69,8 +69,9 @@ def is_split(plans, fused_output=True) -> bool:
     return carries and fused == fused_output
 
 
-def chunk_plans(x, cu, reverse, chunk_size=16):
-    """The plans chunk_linear_attn makes for ``make_case`` inputs."""
+def chunk_plans(x, cu, reverse, chunk_size=16, dtype="float32"):
+    """The plans chunk_linear_attn makes for ``make_case`` inputs, with
+    query, key and value in ``dtype``."""
     from core_triton.common.launch import TensorInfo
     from core_triton.common.utils import contiguous_strides
     from core_triton.linear_attn import chunk
@@ -79,7 +80,7 @@ def chunk_plans(x, cu, reverse, chunk_size=16):
         a = np.asarray(a)
         return TensorInfo(a.shape, dtype, contiguous_strides(a.shape))
 
-    named = {n: info(a) for n, a in x.items()}
+    named = {n: info(a, dtype if n in ("query", "key", "value") else "float32") for n, a in x.items()}
     return chunk.plans(
         named["query"], named["key"], named["value"], named.get("g"), named.get("g_gamma"),
         None, named.get("initial_state"), reverse, info(cu, "int32") if cu else None, chunk_size,
@@ -284,10 +285,16 @@ class ChunkLinearAttnGpuSuite:
         return lambda **kw: api.chunk_linear_attn(**kw, reverse=reverse)
 
     @pytest.mark.parametrize(
-        "packed,dtype,reverse",
-        [(True, "float32", False), (True, "bfloat16", True), (False, "bfloat16", False)],
+        "packed,dtype,reverse,gates",
+        [
+            (True, "float32", False, ("g", "g_gamma")),
+            (True, "bfloat16", True, ("g", "g_gamma")),
+            (False, "bfloat16", False, ("g", "g_gamma")),
+            # Half-precision chunk states: the split forward stores them.
+            (False, "bfloat16", True, ("g_gamma",)),
+        ],
     )
-    def test_split_state_passes_as_planned(self, packed, dtype, reverse):
+    def test_split_state_passes_as_planned(self, packed, dtype, reverse, gates):
         # Batch 1 (or 3 packed sequences), two heads, a few thousand
         # tokens: the plan splits the state passes by itself (8 or 24
         # programs against the SMs), into segments of 32 chunks: 3 segments
@@ -295,11 +302,13 @@ class ChunkLinearAttnGpuSuite:
         # tokens) span 11, 0 and 68 chunks, so 1, 0 and 3 segments.
         self._skip_unless_gpu()
         x, cu, cots = make_case(
-            self.fw, gates=("g", "g_gamma"), packed=packed, h0=True, B=1, T=4500, HQ=4, H=2, K=128,
+            self.fw, gates=gates, packed=packed, h0=True, B=1, T=4500, HQ=4, H=2, K=128,
             V=128, cu=[0, 700, 700, 5000], seed=14,
         )  # fmt: skip
-        plans = chunk_plans(x, cu, reverse, chunk_size=64)
-        assert is_split(plans), "batch 1 at 4500+ tokens should split the state passes"
+        plans = chunk_plans(x, cu, reverse, chunk_size=64, dtype=dtype)
+        # The segment output pass where chunk states are float32.
+        fused = dtype == "float32" or "g" in gates
+        assert is_split(plans, fused), "batch 1 at 4500+ tokens should split the state passes"
         check_case(self.fw, self._fn(reverse), x, cu, cots, dtype=dtype, reverse=reverse)
 
     def test_64bit_offsets(self):
