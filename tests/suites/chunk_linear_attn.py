@@ -188,6 +188,7 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         # The split forward that stores every chunk's state for the output
         # kernel (where the segment output pass's whole-K tiles fit in no
         # shared memory: float32 at K = 256 on the H100).
+        self._kernel_level()
         x, cu, cots = make_case(self.fw, gates=("g", "g_gamma"), packed=packed, h0=True, seed=16, **SMALL)
         with state_split(self.fw, 2, fused_output=False):
             assert is_split(chunk_plans(x, cu, False), fused_output=False)
