@@ -1,0 +1,168 @@
+"""flash_attention as a transformers attention backend
+(torch_api.integrations.transformers), tested through transformers' own
+model code: tiny random models built from configs (nothing downloaded).
+
+The reference is the same model in float64 with transformers' ``eager``
+attention (its plain softmax, with its own masks, windows and caps), or
+``sdpa`` where left padding leaves a query no key; ours runs in float32
+with ``attn_implementation="twinkernels"``.
+Logits (real tokens only: a padding query's output is never used) and
+every parameter's gradient of a loss on the real tokens, with left and
+right padding; ``generate`` with the cache gives the reference's tokens."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from tests.reference import assert_close
+
+transformers = pytest.importorskip("transformers")
+integration = pytest.importorskip("torch_api.integrations.transformers")
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+VOCAB, T = 64, 12
+
+
+def _config(kind):
+    """(config, kind of model) of each tiny model: a GQA decoder (Llama),
+    one with a sliding window shorter than the sequence (Mistral), one with
+    soft-capped logits and alternating windows (Gemma 2), an encoder
+    (BERT: non-causal)."""
+    small = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                 num_attention_heads=4, max_position_embeddings=64)  # fmt: skip
+    if kind == "llama":
+        return transformers.LlamaConfig(**small, num_key_value_heads=2)
+    if kind == "mistral":
+        return transformers.MistralConfig(**small, num_key_value_heads=2, sliding_window=5)
+    if kind == "gemma2":
+        return transformers.Gemma2Config(
+            **small, num_key_value_heads=2, head_dim=8, sliding_window=5, attn_logit_softcapping=3.0,
+            final_logit_softcapping=None, query_pre_attn_scalar=8,
+        )  # fmt: skip
+    if kind == "bert":
+        return transformers.BertConfig(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=64,
+        )  # fmt: skip
+    raise ValueError(kind)
+
+
+def _pair(kind, seed=0, reference="eager"):
+    """(reference in float64 on ``reference`` attention, ours in float32),
+    same weights."""
+    integration.register()
+    cfg = _config(kind)
+    cls = transformers.AutoModel if kind == "bert" else transformers.AutoModelForCausalLM
+    torch.manual_seed(seed)
+    # A config each: a model keeps (and set_attn_implementation changes) it.
+    ref = cls.from_config(copy.deepcopy(cfg), attn_implementation=reference).to(DEVICE, torch.float64)
+    ours = cls.from_config(copy.deepcopy(cfg), attn_implementation="twinkernels").to(DEVICE, torch.float32)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    return ref.eval(), ours.eval()
+
+
+def _batch(padding, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (3, T), generator=gen)
+    mask = torch.ones(3, T, dtype=torch.long)
+    if padding == "left":
+        mask[1, :4], mask[2, :1] = 0, 0
+    elif padding == "right":
+        mask[1, -4:], mask[2, -1:] = 0, 0
+    return ids.to(DEVICE), mask.to(DEVICE)
+
+
+def _logits(model, ids, mask):
+    out = model(input_ids=ids, attention_mask=mask)
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+CASES = [("llama", "left"), ("llama", "right"), ("llama", "none"), ("mistral", "left"),
+         ("gemma2", "right"), ("bert", "right"), ("bert", "none")]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,padding", CASES, ids=[f"{k}-{p}" for k, p in CASES])
+def test_logits_and_gradients_match_eager(kind, padding):
+    # Left padding leaves the first padding queries with no key at all:
+    # eager attention gives them NaN, which its next layer spreads to every
+    # token (0 x NaN); sdpa's backend gives them zeros, so it is the
+    # reference there (it has no soft cap: Gemma 2 takes right padding).
+    ref, ours = _pair(kind, reference="sdpa" if padding == "left" else "eager")
+    ids, mask = _batch(padding)
+    real = mask.bool()
+    got = {}
+    for name, model in (("ref", ref), ("ours", ours)):
+        model.zero_grad()
+        out = _logits(model, ids, mask)
+        # A loss on real tokens only, with weights that are not all ones.
+        w = torch.linspace(0.5, 1.5, out.shape[-1], device=DEVICE, dtype=out.dtype)
+        (out[real] * w).square().sum().backward()
+        grads = {
+            n: p.grad.detach().double().cpu().numpy()
+            for n, p in model.named_parameters()
+            if p.grad is not None
+        }
+        got[name] = out[real].detach().double().cpu().numpy(), grads
+    assert_close(got["ours"][0], got["ref"][0], "float32", "logits")
+    assert got["ours"][1].keys() == got["ref"][1].keys()
+    # A key bias's gradient is zero in exact arithmetic (a softmax does not
+    # see a constant added to a row of logits): float64 gives 1e-18, float32
+    # its rounding of terms of the gradients' size, so zero gradients are
+    # measured against the rms of all gradients.
+    every = np.concatenate([g.ravel() for g in got["ref"][1].values()])
+    overall = np.array([np.sqrt(np.mean(every**2))])
+    for n, g in got["ref"][1].items():
+        zero = np.sqrt(np.mean(g**2)) < 1e-9 * overall[0]
+        assert_close(got["ours"][1][n], g, "float32", f"grad {n}", scale=overall if zero else None)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_generate_with_cache_matches_eager(kind):
+    # Left padding (as generate wants): a prefill, then one-token steps
+    # against the cache, new queries at the keys' end.  Float32 both, so
+    # that greedy choices meet no float64-vs-float32 near-tie.
+    ref, ours = _pair(kind, seed=3)
+    ref = ref.float()
+    ids, mask = _batch("left", seed=4)
+    kw = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    expected = ref.generate(ids, **kw)
+    assert torch.equal(ours.generate(ids, **kw), expected)
+
+
+@pytest.mark.parametrize("boundaries", [True, False], ids=["cu_seq_lens", "position_ids"])
+def test_packed_sequences_match_separate_sequences(boundaries):
+    # transformers' flattened batches (DataCollatorWithFlattening): one row
+    # of three sequences with position ids restarting, with or without
+    # cu_seq_lens_* (flash-attn kwargs); each sequence must come out as it
+    # does alone through the reference.
+    ref, ours = _pair("llama", seed=5)
+    lengths = [5, 3, 4]
+    ids, _ = _batch("none", seed=6)
+    row = ids[0, : sum(lengths)][None]
+    cu = torch.tensor([0, 5, 8, 12], dtype=torch.int32, device=DEVICE)
+    positions = torch.cat([torch.arange(n) for n in lengths])[None].to(DEVICE)
+    extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=5, max_length_k=5) if boundaries else {}
+    packed = ours(input_ids=row, position_ids=positions, **extra).logits[0]
+    for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+        alone = ref(input_ids=row[:, a:b]).logits[0]
+        assert_close(
+            packed[a:b].detach().double().cpu().numpy(), alone.detach().cpu().numpy(), "float32", "packed"
+        )
+
+
+def test_what_it_cannot_take_is_refused():
+    integration.register()
+    _, ours = _pair("llama")
+    ids, mask = _batch("none")
+    with pytest.raises(ValueError, match="output_attentions"):
+        ours(input_ids=ids, output_attentions=True)
+    q = torch.randn(1, 4, 3, 8, device=DEVICE)
+    module = ours.model.layers[0].self_attn
+    with pytest.raises(ValueError, match="dropout"):
+        integration.attention_forward(module, q, q, q, None, dropout=0.1)
+    with pytest.raises(ValueError, match="2-D padding mask"):
+        integration.attention_forward(module, q, q, q, torch.zeros(1, 1, 3, 3, device=DEVICE))
