@@ -120,6 +120,39 @@ def test_logits_and_gradients_match_eager(kind, padding):
         assert_close(got["ours"][1][n], g, "float32", f"grad {n}", scale=overall if zero else None)
 
 
+def test_sinks_gpt_oss_match_eager():
+    # gpt-oss: a learned sink logit per query head (s_aux) and alternating
+    # sliding windows.  Its experts multiply with torch._grouped_mm, which
+    # has no float64: the reference is eager attention in float32 here.
+    integration.register()
+    cfg = transformers.GptOssConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=5,
+        max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )  # fmt: skip
+    torch.manual_seed(7)
+    ref = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager")
+    ours = transformers.AutoModelForCausalLM.from_config(
+        copy.deepcopy(cfg), attn_implementation="twinkernels"
+    )
+    with torch.no_grad():
+        for n, p in ref.named_parameters():
+            if n.endswith("sinks"):
+                p.normal_()  # initialised to zeros: give them weight
+    ours.load_state_dict(ref.state_dict())
+    ids, mask = _batch("right", seed=8)
+    got = {}
+    for name, model in (("ref", ref.to(DEVICE).eval()), ("ours", ours.to(DEVICE).eval())):
+        out = _logits(model, ids, mask)
+        out[mask.bool()].square().sum().backward()
+        sinks = [p.grad.double().cpu().numpy() for n, p in model.named_parameters() if n.endswith("sinks")]
+        got[name] = out[mask.bool()].detach().double().cpu().numpy(), sinks
+    assert_close(got["ours"][0], got["ref"][0], "float32", "logits")
+    assert len(got["ref"][1]) == 2
+    for i, g in enumerate(got["ref"][1]):
+        assert_close(got["ours"][1][i], g, "float32", f"grad sinks {i}")
+
+
 @pytest.mark.parametrize("kind", ["llama", "mistral"])
 def test_generate_with_cache_matches_eager(kind):
     # Left padding (as generate wants): a prefill, then one-token steps
