@@ -134,3 +134,6 @@ def register(name: str = NAME) -> str:
     transformers.AttentionInterface.register(name, attention_forward)
     AttentionMaskInterface.register(name, flash_attention_mask)
     return name
+
+
+_transformers()  # the ImportError that says what to install, at import

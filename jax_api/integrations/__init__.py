@@ -1,0 +1,2 @@
+"""Glue for model code written by others (optional dependencies, imported
+only here): :mod:`jax_api.integrations.flax`."""
