@@ -129,3 +129,18 @@ def test_nnx_multi_head_attention(masking):
     for i, (a, b) in enumerate(zip(outs["ours"][1], outs["ref"][1], strict=True)):
         zero = np.sqrt(np.mean(np.square(b))) < 1e-4 * overall[0]
         assert_close(np.asarray(a), np.asarray(b), "float32", f"grad {i}", scale=overall if zero else None)
+
+
+def test_optional_dependency(monkeypatch):
+    # Without flax the module says what to install; the binding itself
+    # never imports it.
+    import importlib
+    import subprocess
+    import sys
+
+    monkeypatch.setitem(sys.modules, "flax", None)
+    monkeypatch.delitem(sys.modules, "jax_api.integrations.flax")
+    with pytest.raises(ImportError, match="pip install"):
+        importlib.import_module("jax_api.integrations.flax")
+    code = "import sys, jax_api; assert 'flax' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

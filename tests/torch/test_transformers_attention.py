@@ -199,3 +199,18 @@ def test_what_it_cannot_take_is_refused():
         integration.attention_forward(module, q, q, q, None, dropout=0.1)
     with pytest.raises(ValueError, match="2-D padding mask"):
         integration.attention_forward(module, q, q, q, torch.zeros(1, 1, 3, 3, device=DEVICE))
+
+
+def test_optional_dependency(monkeypatch):
+    # Without transformers the module says what to install; the binding
+    # itself never imports it.
+    import importlib
+    import subprocess
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.delitem(sys.modules, "torch_api.integrations.transformers")
+    with pytest.raises(ImportError, match="pip install"):
+        importlib.import_module("torch_api.integrations.transformers")
+    code = "import sys, torch_api; assert 'transformers' not in sys.modules, 'imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
