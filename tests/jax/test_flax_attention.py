@@ -29,9 +29,8 @@ def _inputs(seed, Tq=T, Tk=S):
 
 
 CASES = {
-    "plain": dict(),
-    "causal": dict(is_causal=True, square=True),
     "scale": dict(scale=0.3),
+    "causal": dict(is_causal=True, square=True),
     "bias": dict(bias=True),
     "mask": dict(mask=True),
     "lengths": dict(query_seq_lengths=[7, 10], key_value_seq_lengths=[5, 12]),

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from core_triton.common.runtime import interpreter_requested
 from tests.packed_bounds import CASES, CLAMP_CASES, CLAMP_OPS, OPS
 from tests.suites.kernel_level import KernelLevelCases
 
@@ -33,6 +34,11 @@ class PackedBoundsSuite(KernelLevelCases):
     def test_bad_cu_seqlens_stay_in_bounds(self, op):
         self._kernel_level(op in BINDING_OPS)
         cases = CLAMP_CASES if op in CLAMP_OPS else list(CASES)
+        if op == "delta_chunk" and interpreter_requested():
+            # The slowest op on the interpreter (196 s for four cases):
+            # negative_and_huge reaches the clamp of a last end past T that
+            # last_past_seq_len checks; the GPU runs all four.
+            cases = [c for c in cases if c != "last_past_seq_len"]
         # Keep the caller's path (the GPU run's carried wheels live there).
         path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path}
