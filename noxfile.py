@@ -45,7 +45,8 @@ def tests_torch(session):
 
 @nox.session(tags=["tests"])
 def tests_jax(session):
-    _install(session, "jax,interpret,test,flax")
+    # flax and transformers: the integrations' tests and README examples.
+    _install(session, "jax,interpret,test,flax,models")
     # tests/cross here rather than in a session of its own: one virtualenv
     # less to build, and two workers (CI time).  Of tests/core only what
     # exercises the JAX binding (tests/core/conftest.py): tests_torch runs
