@@ -144,13 +144,13 @@ def chunk_output_segment_kernel(
     (float32, the state entering the segment) and walks the segment's
     chunks in visiting order; at each chunk it writes the output of every
     query head of the group (the formula of :func:`chunk_output_kernel`,
-    the state it multiplies in the same dtype that kernel reads ``h`` in),
-    then carries the ``[BK, BV]`` float32 state (``BK >= K``: all of it)
-    over the chunk as chunk_fwd_state does.  Where the storing pass writes
-    ``h`` (``B*T*H*K*V/BT`` elements, as many as the inputs at K = V = BT
-    = 64... and twice that in float32) and the output kernel reads it back,
-    this pass keeps the state in registers; the backward recomputes ``h``
-    from ``seg_start``."""
+    with products in the inputs' dtype: see below), then carries the
+    ``[BK, BV]`` float32 state (``BK >= K``: all of it) over the chunk as
+    chunk_fwd_state does.  A storing pass would write ``h`` (``K/BT`` times
+    as many elements as ``v``: four times ``v``'s bytes in float32 at
+    K = 128 and 64-token chunks) for the output kernel to read back; here
+    the state stays in registers, and the backward recomputes ``h`` from
+    ``seg_start``."""
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_v = tl.program_id(0)
