@@ -73,14 +73,16 @@ for name, fn in (
     print(f"RESULT linear {name} {timed(fn, tsync, iters=10) * 1e3:.3f} ms", flush=True)
 """
 
-_LINEAR = r"""
+# Put before _LINEAR and _LATENCY: imports, where torch_api came from, and
+# the timer (median over ``reps`` of ``iters`` calls, after ``warmup``).
+_TORCH_PRELUDE = r"""
 import time, statistics
 import torch
 import torch_api
 print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
 
-def timed(fn, iters=10, reps=5):
-    for _ in range(3):
+def timed(fn, iters, reps, warmup):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     out = []
@@ -91,6 +93,9 @@ def timed(fn, iters=10, reps=5):
         torch.cuda.synchronize()
         out.append((time.perf_counter() - t) / iters)
     return statistics.median(out)
+"""
+
+_LINEAR = r"""
 
 H, K = 16, 128
 for B, T in ((4, 4096), (1, 32768)):
@@ -105,27 +110,10 @@ for B, T in ((4, 4096), (1, 32768)):
         ("lightning fwd", lambda: light().detach()),
         ("lightning fwd+bwd", lambda: torch.autograd.grad(light(), x, do)),
     ):
-        print(f"RESULT linear B{B} T{T} {name} {timed(fn) * 1e3:.3f} ms", flush=True)
+        print(f"RESULT linear B{B} T{T} {name} {timed(fn, 10, 5, 3) * 1e3:.3f} ms", flush=True)
 """
 
 _LATENCY = r"""
-import time, statistics
-import torch
-import torch_api
-print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
-
-def timed(fn, iters=50, reps=7):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t) / iters)
-    return statistics.median(out)
 
 x = [torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
 g = (-torch.nn.functional.softplus(torch.randn(2, 512, 8, device="cuda"))).requires_grad_(True)
@@ -140,7 +128,7 @@ for name, fn in (
     ("chunk g", lambda: torch.autograd.grad(torch_api.chunk_linear_attn(*x, g=g)[0], [*x, g], do)),
     ("lightning", lambda: torch.autograd.grad(torch_api.lightning_attn(*x, layer_idx=2, num_layers=8)[0], x, do)),
 ):
-    print(f"RESULT latency {name} fwd+bwd {timed(fn) * 1e6:.1f} us", flush=True)
+    print(f"RESULT latency {name} fwd+bwd {timed(fn, 50, 7, 5) * 1e6:.1f} us", flush=True)
 """
 
 
@@ -149,7 +137,8 @@ def _run(tree: str) -> dict[str, str]:
         os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])
     )
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    cases = {"latency": _LATENCY, "linear": _LINEAR}.get(os.environ.get("COMPARE_CASES", ""), _CASES)
+    torch_only = {"latency": _LATENCY, "linear": _LINEAR}.get(os.environ.get("COMPARE_CASES", ""))
+    cases = _CASES if torch_only is None else _TORCH_PRELUDE + torch_only
     # cwd: ``python -c`` puts the working directory first on sys.path, so
     # run from the tree (from the checkout, both runs imported its code).
     proc = subprocess.run(
