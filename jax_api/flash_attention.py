@@ -31,7 +31,7 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
-from core_triton.attention import packed, softmax_parts
+from core_triton.attention import packed, segment_ranges, softmax_parts
 from core_triton.common.launch import run_named
 from jax_api._fold import foldable, side_by_side, unfold
 from jax_api._launch import info, launch
@@ -233,6 +233,17 @@ def sink_grad(sink, lse, delta):
     return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta})[0]
 
 
+def _segment_ranges(q_ids, kv_ids):
+    """``(q_key_range [B, 2Tq], kv_query_range [B, 2Tk])`` of segment ids
+    ``[B, Tq]`` and ``[B, Tk]`` (core_triton.attention.segment_ranges)."""
+    plan = segment_ranges.range_plan(info(q_ids), info(kv_ids), "q_segment_ids", "kv_segment_ids")
+    return tuple(launch(plan, {"q_segment_ids": q_ids, "kv_segment_ids": kv_ids}))
+
+
+# Batch-major ids and ranges: a vmapped axis folds into the batch (one launch).
+_ranges = foldable(lambda k: _segment_ranges, lambda elements, in_batched: (True, True))
+
+
 def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths):
     """The index inputs of ``plans``: offsets, segment ids, positions, and
     ``arange`` for a missing position array (``lengths`` = (Tq, Tk))."""
@@ -320,7 +331,13 @@ def flash_attention(
         kv_query_range=index.get("kv_query_range"),
     )
     made = {}
-    if launches:
+    if launches and cu_seqlens is None:
+        # Segment ids' ranges, made on the device (the ids may be traced).
+        q_ids = q_segment_ids if q_segment_ids is not None else kv_segment_ids
+        kv_ids = kv_segment_ids if kv_segment_ids is not None else q_segment_ids
+        ranges = _ranges(jnp.asarray(q_ids), jnp.asarray(kv_ids))
+        made = dict(zip(("q_key_range", "kv_query_range"), ranges, strict=True))
+    elif launches:
         # Index arrays made on the device from the boundaries (which may be
         # traced), never differentiated; only those the plans read.
         cu = jnp.asarray(cu_seqlens)

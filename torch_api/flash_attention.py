@@ -88,7 +88,8 @@ def _signature(a):
 
 def _prepare(a):
     """Plans and launch inputs (index arrays and sinks read with unit stride;
-    packed input's segment ids and positions made from its boundaries)."""
+    packed input's segment ids and positions made from its boundaries,
+    segment ids' ranges from the ids)."""
     try:
         key = _signature(a)
         plans, constants, ids = _memo[key]
@@ -103,9 +104,13 @@ def _prepare(a):
         if a[name] is not None:
             inputs[name] = a[name].detach().contiguous()
     if ids:
-        cu = a["cu_seqlens"].detach()
-        cu_k = cu if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
-        made = run_named(ids, {"cu_q": cu, "cu_k": cu_k}, launch)
+        # Packed input's index arrays from its boundaries, or segment ids'
+        # ranges from the ids (core_triton.attention.packed.prepare).
+        sources = dict(inputs)
+        if a["cu_seqlens"] is not None:
+            sources["cu_q"] = a["cu_seqlens"].detach()
+            sources["cu_k"] = sources["cu_q"] if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
+        made = run_named(ids, sources, launch)
         inputs.update((n, made[n]) for plan in ids for n in plan.output_names)
     if a["softmax_aux"] is not None:
         inputs["softmax_aux"] = a["softmax_aux"].contiguous()
@@ -116,8 +121,8 @@ def _prepare(a):
 
 def _plan_call(a):
     """A call's plans, its constant index inputs (piece offsets, the
-    positions a call leaves out) and, for packed input, the launches that
-    make its index arrays (else none)."""
+    positions a call leaves out) and the launches that make its index
+    arrays (packed input, segment ids; else none)."""
     # Planned as launched: index arrays and sinks with unit stride.
     a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
     plans, index, ids = _plans(a, info)

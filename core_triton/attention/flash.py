@@ -585,9 +585,18 @@ def attention_plans(
         ROW64=row64,
         DOT_PREC=dot_prec,
     )
-    # The plain and causal paths (what models run most) are autotuned; the
-    # other features take one fixed config.
-    tuned = not (has_seg or explicit or bias is not None or opts.cap is not None or opts.window is not None)
+    ranged = common["HAS_RANGE"]
+    # The plain and causal paths (what models run most) are autotuned, and
+    # so are segment ids with their ranges (same loops, pipelined: only the
+    # tiles at a segment's edges compare ids); the other features take one
+    # fixed config.
+    tuned = not (
+        (has_seg and not ranged)
+        or explicit
+        or bias is not None
+        or opts.cap is not None
+        or opts.window is not None
+    )
     fixed = 0 if interpreter_requested() else _FIXED[dim_class]
 
     def config(kind, table):
@@ -680,7 +689,7 @@ def attention_plans(
         num_stages=s,
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
-    plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)
+    plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
     forward = _tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or forward
 
     # Cached: the torch binding replays a plan's compiled launch only when

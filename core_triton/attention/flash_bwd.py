@@ -312,6 +312,13 @@ def flash_bwd_dkdv_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BM)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
+    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
+    KRANGE_b = KRANGE + b64 * 2 * Tk
+    kblock = (k, v, kpos, kseg, kvalid, kcols)
+    strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
+    scaling = (scale, qk_scale, cap)
+    window = (left, right)
     for g in range(0, group):
         hq = (h * group + g).to(tl.int64)
         Q_bh = Q + b64 * stride_qb + hq * stride_qh
@@ -323,24 +330,32 @@ def flash_bwd_dkdv_kernel(
         BIAS_bh = BIAS + b64 * stride_bb + hq * stride_bh
         for p in tl.static_range(NQP):
             end, qoff, t = piece_runs(p, NQP, q_chunk, Tq, QOFF, visible, BM, POS_MODE)
-            # Packed input: only the query blocks of this block's sequences.
-            t = range_runs(t, KRANGE, offs_n, kvalid, Tk, BM, HAS_RANGE)
+            # Packed input and segment ids: only the query blocks of this
+            # block's segments.
+            t, exact = range_runs(t, KRANGE_b, offs_n, kvalid, Tk, BM, HAS_RANGE)
+            qptrs = (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh)
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
-            # without it, edge blocks again (explicit positions: one masked run).
+            # without it, edge blocks again (explicit positions: one masked
+            # run); with ranges, as in the forward.
             for part in tl.static_range(3 if POS_MODE == 0 else 1):
-                dk, dv = _dkdv_blocks(
-                    (dk, dv),
-                    (k, v, kpos, kseg, kvalid, kcols),
-                    kr,
-                    (t[part], t[part + 1], end, qoff),
-                    (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh),
-                    (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn),
-                    (scale, qk_scale, cap),
-                    (left, right),
-                    SIZES,
-                    FEATURES,
-                    part != 1,
-                )
+                run = (t[part], t[part + 1], end, qoff)
+                if HAS_RANGE and POS_MODE == 0:
+                    if part == 1:
+                        dk, dv = _dkdv_blocks(
+                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, INNER, False
+                        )
+                    elif exact:
+                        dk, dv = _dkdv_blocks(
+                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, EXACT, True
+                        )
+                    else:
+                        dk, dv = _dkdv_blocks(
+                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, FEATURES, True
+                        )
+                else:
+                    dk, dv = _dkdv_blocks(
+                        (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, FEATURES, part != 1
+                    )
 
     dk = dk * scale
     out_rows = (b64 * Tk + offs_n) * H + h
@@ -576,26 +591,37 @@ def flash_bwd_dq_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
+    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
+    QRANGE_b = QRANGE + b64 * 2 * Tq
+    qblock = (q, do, lse2, delta, qpos, qseg, qvalid, offs_m)
+    ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
+    strides = (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn)
+    scaling = (scale, qk_scale, cap)
+    window = (left, right)
     for p in tl.static_range(NKP):
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
-        # Packed input: only the key blocks of this block's sequences.
-        t = range_runs(t, QRANGE, offs_m, qvalid, Tq, BN, HAS_RANGE)
+        # Packed input and segment ids: only the key blocks of this block's
+        # segments.
+        t, exact = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of blocks: edge blocks with the mask, fully allowed ones
-        # without it, edge blocks again (explicit positions: one masked run).
+        # without it, edge blocks again (explicit positions: one masked
+        # run); with ranges, as in the forward.
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            dq = _dq_blocks(
-                dq,
-                (q, do, lse2, delta, qpos, qseg, qvalid, offs_m),
-                qr,
-                (t[part], t[part + 1], end, koff),
-                (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh),
-                (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn),
-                (scale, qk_scale, cap),
-                (left, right),
-                SIZES,
-                FEATURES,
-                part != 1,
-            )
+            run = (t[part], t[part + 1], end, koff)
+            if HAS_RANGE and POS_MODE == 0:
+                if part == 1:
+                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, INNER, False)
+                elif exact:
+                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, EXACT, True)
+                else:
+                    dq = _dq_blocks(
+                        dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, True
+                    )
+            else:
+                dq = _dq_blocks(
+                    dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, part != 1
+                )
 
     dq = dq * scale
     out_rows = (b64 * Tq + offs_m) * HQ + hq

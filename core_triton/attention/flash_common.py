@@ -89,15 +89,26 @@ def block_ranges(visible, a, b, off, BLK: tl.constexpr):
 
 @triton.jit
 def other_range(RANGE, offs, valid, T):
-    """Packed input: the index range ``[lo, hi)`` of the other side's tokens
-    that a block's rows (indices ``offs`` of a side of length ``T``) can
-    see, from ``RANGE [2T]`` (core_triton.attention.packed); empty for a
-    block with no valid or no covered row."""
+    """The index ranges of the other side's tokens that a block's rows
+    (indices ``offs`` of a side of length ``T``) can see, from ``RANGE
+    [2T]`` (this batch row; core_triton.attention.segment_ranges gives the
+    format): ``(lo, hi, in_lo, in_hi, exact)``.  ``[lo, hi)`` holds every
+    token any row can see (empty for a block with no valid or no covered
+    row); ``[in_lo, in_hi)`` holds only tokens that every valid row sees
+    whatever the positions say (non-empty only when every row's range is
+    exact, and all rows share one segment); ``exact``: every row's range is
+    exact."""
     lo = tl.load(RANGE + offs, mask=valid, other=0)
     hi = tl.load(RANGE + T + offs, mask=valid, other=0)
+    row_exact = lo >= 0
+    lo = tl.where(row_exact, lo, -1 - lo)
+    exact = tl.min(tl.where(valid, row_exact, True).to(tl.int32), 0) > 0
+    in_lo = tl.max(tl.where(valid, lo, 0), 0)
+    in_hi = tl.min(tl.where(valid, hi, POS_INF), 0)
+    in_hi = tl.where(exact, in_hi, in_lo)
     lo = tl.min(tl.where(valid & (hi > lo), lo, POS_INF), 0)
     hi = tl.max(tl.where(valid, hi, 0), 0)
-    return lo, hi
+    return lo, hi, in_lo, in_hi, exact
 
 
 @triton.jit
@@ -117,13 +128,31 @@ def clamp_runs(t, lo, hi, BLK: tl.constexpr):
 
 
 @triton.jit
+def inner_runs(t, in_lo, in_hi, BLK: tl.constexpr):
+    """Runs ``t`` whose middle (unmasked) run keeps only the blocks wholly
+    inside ``[in_lo, in_hi)``; the blocks it drops join the masked runs
+    beside it, so every block stays in exactly one run."""
+    a = ((in_lo + BLK - 1) // BLK) * BLK
+    b = (in_hi // BLK) * BLK
+    t0, t1, t2, t3 = t
+    m1 = tl.minimum(tl.maximum(t1, a), t2)
+    m2 = tl.maximum(tl.minimum(t2, b), m1)
+    return t0, m1, m2, t3
+
+
+@triton.jit
 def range_runs(t, RANGE, offs, valid, T, BLK: tl.constexpr, HAS_RANGE: tl.constexpr):
-    """``t`` cut by :func:`clamp_runs` to the packed range of a block
-    (:func:`other_range`) when there is one; else ``t``."""
+    """``(t, exact)``: with ranges (``HAS_RANGE``), ``t`` cut by
+    :func:`clamp_runs` to the block's range (:func:`other_range`) and its
+    middle run kept to the tiles every row sees (:func:`inner_runs`: no
+    segment comparison there), and whether the ranges are exact (then no
+    tile of the masked runs needs the per-block test); else ``t`` and
+    False."""
+    exact = False
     if HAS_RANGE:
-        lo, hi = other_range(RANGE, offs, valid, T)
-        t = clamp_runs(t, lo, hi, BLK)
-    return t
+        lo, hi, in_lo, in_hi, exact = other_range(RANGE, offs, valid, T)
+        t = inner_runs(clamp_runs(t, lo, hi, BLK), in_lo, in_hi, BLK)
+    return t, exact
 
 
 @triton.jit

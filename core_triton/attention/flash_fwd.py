@@ -256,27 +256,85 @@ def flash_fwd_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
+    # With ranges: the masked runs without the per-block test (exact ranges
+    # leave no block that cannot meet) and the middle run without segment
+    # ids (every pair there shares one segment).
+    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
+    QRANGE_b = QRANGE + b64 * 2 * Tq
+    qblock = (q, qpos, qseg, qvalid, offs_m)
+    ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
+    strides = (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn)
+    scaling = (scale, qk_scale, cap)
     for p in tl.static_range(NKP):
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
-        # Packed input: only the key blocks of this block's sequences.
-        t = range_runs(t, QRANGE, offs_m, qvalid, Tq, BN, HAS_RANGE)
+        # Packed input and segment ids: only the key blocks of this block's
+        # segments.
+        t, exact = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of key blocks: edge blocks with the mask, fully allowed
         # blocks without it, edge blocks again (explicit positions: one run,
-        # all masked).
+        # all masked).  A run of blocks whose loop holds a branch is not
+        # pipelined: the per-block test runs only where ranges cannot
+        # replace it.
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            acc, m_i, l_i = _fwd_blocks(
-                (acc, m_i, l_i),
-                (q, qpos, qseg, qvalid, offs_m),
-                qr,
-                (t[part], t[part + 1], end, koff),
-                (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh),
-                (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn),
-                (scale, qk_scale, cap),
-                (left, right),
-                SIZES,
-                FEATURES,
-                part != 1,
-            )
+            run = (t[part], t[part + 1], end, koff)
+            if HAS_RANGE and POS_MODE == 0:
+                if part == 1:
+                    acc, m_i, l_i = _fwd_blocks(
+                        (acc, m_i, l_i),
+                        qblock,
+                        qr,
+                        run,
+                        ptrs,
+                        strides,
+                        scaling,
+                        (left, right),
+                        SIZES,
+                        INNER,
+                        False,
+                    )
+                elif exact:
+                    acc, m_i, l_i = _fwd_blocks(
+                        (acc, m_i, l_i),
+                        qblock,
+                        qr,
+                        run,
+                        ptrs,
+                        strides,
+                        scaling,
+                        (left, right),
+                        SIZES,
+                        EXACT,
+                        True,
+                    )
+                else:
+                    acc, m_i, l_i = _fwd_blocks(
+                        (acc, m_i, l_i),
+                        qblock,
+                        qr,
+                        run,
+                        ptrs,
+                        strides,
+                        scaling,
+                        (left, right),
+                        SIZES,
+                        FEATURES,
+                        True,
+                    )
+            else:
+                acc, m_i, l_i = _fwd_blocks(
+                    (acc, m_i, l_i),
+                    qblock,
+                    qr,
+                    run,
+                    ptrs,
+                    strides,
+                    scaling,
+                    (left, right),
+                    SIZES,
+                    FEATURES,
+                    part != 1,
+                )
 
     if HAS_SINK:
         # Sinks join the normaliser once, here, as logits with no value.

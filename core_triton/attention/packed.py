@@ -25,6 +25,7 @@ import functools
 import triton
 import triton.language as tl
 
+from core_triton.attention import segment_ranges
 from core_triton.common.checks import check_cu_seqlens
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import jit
@@ -44,6 +45,19 @@ def _bounds(cu, n, ok, T):
     return bos, eos
 
 
+@triton.jit
+def _descents(cu, N, BLOCK: tl.constexpr):
+    """How many times ``cu[0 .. N]`` decreases from one entry to the next."""
+    count = 0
+    for c in range(0, N, BLOCK):
+        i = c + tl.arange(0, BLOCK)
+        pair = i < N
+        a = tl.load(cu + i, mask=pair, other=0).to(tl.int64)
+        b = tl.load(cu + i + 1, mask=pair, other=0).to(tl.int64)
+        count += tl.sum((pair & (a > b)).to(tl.int32), 0)
+    return count
+
+
 @jit(sizes=("N", "n_iter", "TQ", "TK"))
 def packed_ids_kernel(
     cu_q, cu_k, N, n_iter, TQ, TK, seg, pos, other, QUERY: tl.constexpr, BLOCK: tl.constexpr
@@ -52,7 +66,8 @@ def packed_ids_kernel(
     (``QUERY``, ``T = TQ``) or the key side (``T = TK``): each token's
     sequence and position (module docstring), and the index range
     ``[other[t], other[T + t])`` of the other side's tokens of its sequence
-    (empty for an uncovered token).  ``N`` may be 0 (no sequence: every
+    (empty for an uncovered token; the format of
+    core_triton.attention.segment_ranges).  ``N`` may be 0 (no sequence: every
     token uncovered)."""
     t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     if QUERY:
@@ -78,9 +93,16 @@ def packed_ids_kernel(
         p = t - bk
         s = tl.where(inside, n, -2)
         lo, hi = bq, eq
+    # The range is exact (core_triton.attention.segment_ranges) when both
+    # boundary arrays never decrease; else it only bounds the sequence's
+    # tokens (clamped boundaries of a decreasing array may overlap), and its
+    # start is stored as -1 - start.
+    descents = _descents(cu_q, N, BLOCK) + _descents(cu_k, N, BLOCK)
+    lo = tl.where(inside, lo, 0)
+    lo = tl.where(descents == 0, lo, -1 - lo)
     tl.store(seg + t, s.to(tl.int32), mask=m)
     tl.store(pos + t, tl.where(inside, p, 0).to(tl.int32), mask=m)
-    tl.store(other + t, tl.where(inside, lo, 0).to(tl.int32), mask=m)
+    tl.store(other + t, lo.to(tl.int32), mask=m)
     tl.store(other + T + t, tl.where(inside, hi, 0).to(tl.int32), mask=m)
 
 
@@ -127,7 +149,9 @@ def prepare(
 ) -> tuple[dict[str, TensorInfo | None], tuple[LaunchPlan, ...]]:
     """What ``flash_attention`` plans with for this call: ``(index,
     launches)``.  Unpacked calls (no ``cu_seqlens``) get ``index`` (the
-    segment ids' and positions' infos) back and no launch.  Packed calls
+    segment ids' and positions' infos) back, with segment ids the infos of
+    their ranges and the launch that makes them from the ids (inputs by the
+    ids' names; core_triton.attention.segment_ranges), else no launch.  Packed calls
     are checked (they take no segment ids or positions) and get the infos of
     the arrays the attention then reads, by name (segment ids, positions
     only when the keys have their own boundaries, ``q_key_range``,
@@ -137,7 +161,7 @@ def prepare(
     if cu_seqlens is None:
         if cu_seqlens_k is not None:
             raise ValueError("cu_seqlens_k needs cu_seqlens (the queries' boundaries)")
-        return index, ()
+        return _segment_ranges(index)
     n_seq = check_cu_seqlens(cu_seqlens, query.shape[0])
     check_cu_seqlens(cu_seqlens_k, key.shape[0], "cu_seqlens_k")
     if cu_seqlens_k is not None and cu_seqlens_k.shape != cu_seqlens.shape:
@@ -155,6 +179,23 @@ def prepare(
             raise ValueError(f"{name} cannot be combined with cu_seqlens (packing sets segments, positions)")
     Tq, Tk = query.shape[1], key.shape[1]
     return _infos(Tq, Tk, query.device, cu_seqlens_k is not None), packed_plans(n_seq, Tq, Tk)
+
+
+def _segment_ranges(index: dict[str, TensorInfo | None]) -> tuple[dict[str, TensorInfo | None], tuple]:
+    """Segment ids (one array for both sides, or one each): ``index`` with
+    the infos of the key and query ranges the flash kernels skip tiles by,
+    and the launch that makes them (core_triton.attention.segment_ranges).
+    Ids of the wrong shape get no launch: the attention's checks name them."""
+    q_seg, kv_seg = index.get("q_segment_ids"), index.get("kv_segment_ids")
+    if q_seg is None and kv_seg is None:
+        return index, ()
+    q_name = "q_segment_ids" if q_seg is not None else "kv_segment_ids"
+    kv_name = "kv_segment_ids" if kv_seg is not None else "q_segment_ids"
+    q_seg, kv_seg = index[q_name], index[kv_name]
+    if q_seg.ndim != 2 or kv_seg.ndim != 2 or q_seg.shape[0] != kv_seg.shape[0]:
+        return index, ()
+    ranges = segment_ranges.range_infos(q_seg.shape[0], q_seg.shape[1], kv_seg.shape[1], q_seg.device)
+    return {**index, **ranges}, (segment_ranges.range_plan(q_seg, kv_seg, q_name, kv_name),)
 
 
 def _infos(query_len: int, key_len: int, device: str | None, own_keys: bool) -> dict[str, TensorInfo | None]:

@@ -1,0 +1,152 @@
+"""Segment ids as key and query ranges: what lets the flash kernels skip the
+tiles two segments never share (and the per-element comparison inside the
+tiles one segment fills).
+
+For each query token one launch writes the index range ``[lo, hi)`` of the
+keys of its segment, and for each key token the range of the queries of its
+segment, in the format the flash kernels read (``RANGE [B, 2T]`` int32: the
+starts in ``[:, :T]``, the ends in ``[:, T:]``; the packed input of
+core_triton.attention.packed writes the same format):
+
+* **exact** (``lo >= 0``): every token of the other side in ``[lo, hi)`` has
+  this token's segment, and none outside it does.  That holds when the other
+  side's ids of this batch row never decrease along the sequence (packed
+  documents, padding at either end): the range is then found by two binary
+  searches.  An empty range (``lo == hi``) is a segment the other side does
+  not have.
+* **a bound only** (``lo`` stored as ``-1 - lo``): every token of the segment
+  lies in ``[lo, hi)``, others may too.  Unsorted ids get ``[0, T_other)``,
+  stored as ``(-1, T_other)``; the kernels then test each tile's ids.
+
+The contract gives no id a special meaning, so whether a row is sorted is
+found on the device (a scan of the other side's row in every program: no
+host sync, and the ids may be traced).  Ids are compared as int32, as the
+flash kernels compare them.  Every load and store stays inside the ids and
+the outputs whatever they hold.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import triton
+import triton.language as tl
+
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import jit
+
+# Tokens per program; also the stretch of the other row each step of the
+# sortedness scan reads.
+_BLOCK = 1024
+
+
+@triton.jit
+def _bound(OTHER, s, valid, T_other, n_iter, UPPER: tl.constexpr):
+    """First index of the other row (length ``T_other``, read as sorted)
+    whose id is ``>= s`` (``> s`` with ``UPPER``), for each lane; ``n_iter``
+    halvings of ``[0, T_other)`` reach a single index.  Loads only inside
+    ``[0, T_other)``."""
+    lo = tl.zeros_like(s)
+    hi = tl.zeros_like(s) + T_other
+    for _ in range(n_iter):
+        open_ = valid & (lo < hi)
+        mid = (lo + hi) // 2
+        x = tl.load(OTHER + mid, mask=open_, other=0).to(tl.int32)
+        right = (x <= s) if UPPER else (x < s)
+        lo = tl.where(open_ & right, mid + 1, lo)
+        hi = tl.where(open_ & ~right, mid, hi)
+    return lo
+
+
+@triton.jit
+def _side_ranges(OWN, OTHER, OUT, T_own, T_other, n_iter, start, BLOCK: tl.constexpr):
+    """Ranges of the tokens ``start .. start + BLOCK - 1`` of one side's row
+    ``OWN`` into the other side's row ``OTHER``, stored at ``OUT`` (this
+    row's ``[2 T_own]``)."""
+    # Is the other row non-decreasing?  Every program reads it whole: one
+    # launch, no second pass, and ids small next to the attention's inputs.
+    descents = 0
+    for c in range(0, T_other, BLOCK):
+        j = c + tl.arange(0, BLOCK)
+        pair = j + 1 < T_other
+        x = tl.load(OTHER + j, mask=pair, other=0).to(tl.int32)
+        y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
+        descents += tl.sum((pair & (x > y)).to(tl.int32), 0)
+    t = start + tl.arange(0, BLOCK)
+    valid = t < T_own
+    s = tl.load(OWN + t, mask=valid, other=0).to(tl.int32)
+    first = _bound(OTHER, s, valid, T_other, n_iter, False)
+    last = _bound(OTHER, s, valid, T_other, n_iter, True)
+    sorted_ = descents == 0
+    lo = tl.where(sorted_, first, -1)
+    hi = tl.where(sorted_, last, T_other)
+    tl.store(OUT + t, lo, mask=valid)
+    tl.store(OUT + T_own + t, hi, mask=valid)
+
+
+@jit(sizes=("stride_qb", "stride_kb", "Tq", "Tk", "q_iter", "k_iter"))
+def segment_ranges_kernel(
+    QSEG, KSEG, stride_qb, stride_kb, Tq, Tk, q_iter, k_iter, Q_KEY_RANGE, KV_QUERY_RANGE, BLOCK: tl.constexpr
+):
+    """Grid ``(cdiv(max(Tq, Tk), BLOCK), B, 2)``: axis 2 picks the side,
+    0 the queries' key ranges ``Q_KEY_RANGE [B, 2Tq]``, 1 the keys' query
+    ranges ``KV_QUERY_RANGE [B, 2Tk]`` (module docstring).  ``QSEG [B,
+    Tq]``, ``KSEG [B, Tk]`` int32/int64 (unit stride along time; the same
+    array for both sides when one gives both); ``q_iter``/``k_iter``: the
+    halvings a binary search over ``Tq``/``Tk`` ids needs."""
+    start = tl.program_id(0) * BLOCK
+    b = tl.program_id(1).to(tl.int64)
+    QSEG_b = QSEG + b * stride_qb
+    KSEG_b = KSEG + b * stride_kb
+    # Each side is its own call (the two rows may differ in dtype).
+    if tl.program_id(2) == 0:
+        if start < Tq:
+            _side_ranges(QSEG_b, KSEG_b, Q_KEY_RANGE + b * 2 * Tq, Tq, Tk, k_iter, start, BLOCK)
+    else:
+        if start < Tk:
+            _side_ranges(KSEG_b, QSEG_b, KV_QUERY_RANGE + b * 2 * Tk, Tk, Tq, q_iter, start, BLOCK)
+
+
+def _halvings(n: int) -> int:
+    """Steps of a binary search over ``n`` entries (``[0, n)`` shrinks to
+    one index)."""
+    return max(1, n.bit_length() + 1)
+
+
+def range_infos(batch: int, query_len: int, key_len: int, device: str | None) -> dict[str, TensorInfo]:
+    """The TensorInfos of ``q_key_range [B, 2Tq]`` and ``kv_query_range
+    [B, 2Tk]`` (int32, contiguous)."""
+    return {
+        "q_key_range": TensorInfo((batch, 2 * query_len), "int32", (2 * query_len, 1), device),
+        "kv_query_range": TensorInfo((batch, 2 * key_len), "int32", (2 * key_len, 1), device),
+    }
+
+
+@functools.lru_cache(maxsize=256)
+def range_plan(q_seg: TensorInfo, kv_seg: TensorInfo, q_name: str, kv_name: str) -> LaunchPlan:
+    """The launch that makes ``q_key_range`` and ``kv_query_range`` from the
+    segment ids named ``q_name`` (``[B, Tq]``) and ``kv_name`` (``[B,
+    Tk]``), each read with unit stride along time (the same input twice
+    when one array serves both sides)."""
+    B, Tq = q_seg.shape
+    Tk = kv_seg.shape[1]
+    infos = range_infos(B, Tq, Tk, q_seg.device)
+    return LaunchPlan(
+        kernel=segment_ranges_kernel,
+        grid=(triton.cdiv(max(Tq, Tk, 1), _BLOCK), B, 2),
+        params=(
+            In(q_name),
+            In(kv_name),
+            q_seg.strides[0] if B > 1 else 0,
+            kv_seg.strides[0] if B > 1 else 0,
+            Tq,
+            Tk,
+            _halvings(Tq),
+            _halvings(Tk),
+        ),
+        outputs=tuple(OutputSpec(info.shape, "int32") for info in infos.values()),
+        output_names=tuple(infos),
+        constexprs=dict(BLOCK=_BLOCK),
+        num_warps=4,
+        num_stages=1,
+    )
