@@ -63,8 +63,9 @@ def _bias(bias, mask, B, HQ, Tq, Tk):
 
 
 def _length_segments(lengths, T):
-    """``[B, T]`` int32: 1 for the first ``lengths[b]`` tokens, 0 after."""
-    return (jnp.arange(T)[None, :] < jnp.asarray(lengths).reshape(-1, 1)).astype(jnp.int32)
+    """``[B, T]`` int32: 0 for the first ``lengths[b]`` tokens, 1 after (ids
+    that never decrease: the kernels find each segment's keys by search)."""
+    return (jnp.arange(T)[None, :] >= jnp.asarray(lengths).reshape(-1, 1)).astype(jnp.int32)
 
 
 def dot_product_attention(

@@ -115,9 +115,14 @@ def attention_forward(
                 "twinkernels attention takes a 2-D padding mask [batch, keys], got one of shape "
                 f"{tuple(attention_mask.shape)} (a dense mask: use attn_implementation='sdpa')"
             )
-        # Real tokens in segment 1, padding in segment 0: a real query sees
-        # only real keys; a padding query's output is never used.
+        # Real tokens in one segment, padding in the other: a real query sees
+        # only real keys; a padding query's output is never used.  The row's
+        # first token is in segment 0, so that left and right padding both
+        # give ids that never decrease along the row: the kernels then find
+        # each segment's keys by search and skip the rest (one segment, no
+        # padding, runs as plain attention).
         kv_seg = attention_mask[:, -Tk:].to(torch.int32)
+        kv_seg = kv_seg ^ kv_seg[:, :1]
         options["q_segment_ids"] = kv_seg[:, -Tq:].contiguous()
         options["kv_segment_ids"] = kv_seg.contiguous()
     return flash_attention(q, k, v, **options), None
