@@ -1,0 +1,243 @@
+"""``flash_attention`` with segment ids, written once for both bindings:
+the ranges the kernels skip tiles by (core_triton.attention.segment_ranges)
+against numpy, and the attention against the float64 reference, forward and
+every gradient, for sorted and unsorted ids, one segment, many short ones,
+an id in two separate runs, segments the keys lack, cross attention, with
+causal masks and windows.
+
+The interpreter runs 32x32 tiles: the cases' segments are longer and
+shorter than a tile and start mid-tile, so every kind of run (skipped,
+edge, inner) is crossed.  The GPU cases run the configs a GPU picks.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from core_triton.attention import segment_ranges
+from core_triton.common.launch import TensorInfo
+from core_triton.common.runtime import interpreter_requested
+from core_triton.common.utils import contiguous_strides
+from tests.suites.flash_attention import FlashAttentionSuite, make_case
+from tests.suites.kernel_level import KernelLevelCases
+
+
+def sorted_ids(lengths, first=0, gaps=(1,)):
+    """Non-decreasing ids, ``lengths[i]`` tokens of the i-th id; ids grow
+    by the steps ``gaps`` (cycled), so they need not be consecutive."""
+    ids, value = [], first
+    for i, n in enumerate(lengths):
+        ids += [value] * n
+        value += gaps[i % len(gaps)]
+    return np.array(ids, np.int32)
+
+
+def _runs(pattern, T):
+    """``pattern`` of (id, length) runs repeated to ``T`` tokens."""
+    out = []
+    while len(out) < T:
+        for value, n in pattern:
+            out += [value] * n
+    return np.array(out[:T], np.int32)
+
+
+def _ids(kind, rng, T):
+    """One row of ids of the named kind."""
+    if kind == "one":
+        return np.full(T, 7, np.int32)
+    if kind == "docs":  # longer and shorter than a tile, empty gaps in values
+        return sorted_ids(_fit([70, 3, 45, 1, 12], T), first=-3, gaps=(1, 4))
+    if kind == "short":  # every segment shorter than a tile
+        return sorted_ids(_fit(list(rng.integers(1, 9, T)), T))
+    if kind == "two_runs":  # id 0 in two separate runs
+        return _runs([(0, 30), (1, 41), (0, 25), (2, 11)], T)
+    if kind == "random":  # unsorted, every token its own draw
+        return rng.integers(0, 3, T).astype(np.int32)
+    if kind == "descending":  # sorted the other way: not "non-decreasing"
+        return sorted_ids(_fit([40, 50, 60], T))[::-1].copy()
+    raise ValueError(kind)
+
+
+def _fit(lengths, T):
+    """Lengths cut or extended (the last one) to sum to ``T``."""
+    out, total = [], 0
+    for n in lengths:
+        n = min(int(n), T - total)
+        if n <= 0:
+            break
+        out.append(n)
+        total += n
+    if total < T:
+        out[-1] += T - total
+    return out
+
+
+# name -> (make_case arguments, query ids per batch row, key ids per batch
+# row or None (one array for both), options)
+CASES = {
+    "one_segment_causal": ({"Tq": 130, "Tk": 130}, ["one"], None, {"causal": True}),
+    "one_segment_full_gqa": ({"Tq": 100, "Tk": 100, "HQ": 4, "H": 1}, ["one"], None, {}),
+    "docs_causal": ({"Tq": 150, "Tk": 150}, ["docs"], None, {"causal": True}),
+    "docs_full_sink": ({"Tq": 131, "Tk": 131, "sink": "2d"}, ["docs"], None, {}),
+    "docs_window_causal": (
+        {"Tq": 150, "Tk": 150},
+        ["docs"],
+        None,
+        {"causal": True, "sliding_window": (40, 0)},
+    ),
+    "docs_window_both_sides": ({"Tq": 131, "Tk": 131}, ["docs"], None, {"sliding_window": (33, 20)}),
+    "short_segments_causal": ({"Tq": 110, "Tk": 110}, ["short"], None, {"causal": True}),
+    "id_in_two_runs_causal": ({"Tq": 120, "Tk": 120}, ["two_runs"], None, {"causal": True}),
+    "unsorted_random_window": ({"Tq": 100, "Tk": 100}, ["random"], None, {"sliding_window": (25, 25)}),
+    "descending_causal": ({"Tq": 150, "Tk": 150}, ["descending"], None, {"causal": True}),
+    "batch_rows_sorted_and_not": (
+        {"B": 2, "Tq": 130, "Tk": 130},
+        ["docs", "two_runs"],
+        None,
+        {"causal": True},
+    ),
+    "cap_bias_sink_docs": (
+        {"Tq": 131, "Tk": 131, "sink": "1d", "bias": "1H"},
+        ["docs"],
+        None,
+        {"causal": True, "logits_soft_cap": 2.0, "softmax_scale": 0.3},
+    ),
+    # Cross attention: the queries' and the keys' own ids.  Query segment 2
+    # has no key (its rows see nothing) and key segment 4 no query; in the
+    # next case query segments 2 and 8 have no key, key segment 5 no query.
+    "cross_sorted_causal": (
+        {"Tq": 75, "Tk": 140},
+        [sorted_ids([20, 15, 40], first=1)],
+        [sorted_ids([33, 50, 57], first=1, gaps=(2, 1))],
+        {"causal": True},
+    ),
+    "cross_keys_lack_segments": (
+        {"Tq": 96, "Tk": 70},
+        [sorted_ids([10, 40, 46], first=1, gaps=(1, 6))],
+        [sorted_ids([64, 6], first=1, gaps=(4,))],
+        {},
+    ),
+    "cross_unsorted_keys": (
+        {"Tq": 70, "Tk": 101},
+        [sorted_ids([35, 35])],
+        [_runs([(0, 20), (1, 37), (0, 13)], 101)],
+        {"sliding_window": (60, 60)},
+    ),
+}
+
+
+def case_inputs(name, seed=0):
+    """The case's inputs (make_case's, with its segment ids) and options."""
+    shape, q_kinds, k_kinds, options = CASES[name]
+    rng = np.random.default_rng(seed)
+    c = make_case(rng, **{"HQ": 2, "H": 1, **shape})
+    B, Tq, Tk = c["query"].shape[0], c["query"].shape[1], c["key"].shape[1]
+
+    def rows(kinds, T):
+        return np.stack(
+            [k if isinstance(k, np.ndarray) else _ids(k, rng, T) for k in kinds * (B // len(kinds))]
+        )
+
+    c["q_segment_ids"] = rows(q_kinds, Tq)
+    if k_kinds is not None:
+        c["kv_segment_ids"] = rows(k_kinds, Tk)
+    return c, options
+
+
+def ranges_ref(own, other):
+    """numpy ranges of each token of ``own [T]`` into ``other [T_other]``
+    as core_triton.attention.segment_ranges writes them: ``[2T]``."""
+    T, To = len(own), len(other)
+    if np.all(np.diff(other) >= 0):
+        lo = np.searchsorted(other, own, side="left")
+        hi = np.searchsorted(other, own, side="right")
+    else:
+        lo, hi = np.full(T, -1), np.full(T, To)
+    return np.concatenate([lo, hi]).astype(np.int32)
+
+
+class FlashSegmentsSuite(KernelLevelCases):
+    fw = None  # set by the framework's module
+    _arrays = FlashAttentionSuite._arrays
+    _check = FlashAttentionSuite._check
+
+    def _launch(self, plan, inputs):
+        return importlib.import_module(f"{self.fw.name}_api._launch").launch(plan, inputs)
+
+    @pytest.mark.parametrize("dtype", ["int32", "int64"])
+    @pytest.mark.parametrize("name", sorted(CASES))
+    def test_ranges(self, name, dtype):
+        """Each token's range of the other side's tokens of its segment:
+        exact (two binary searches) where the other side's row never
+        decreases, else the whole row, marked a bound (start -1)."""
+        self._kernel_level(name == "batch_rows_sorted_and_not")
+        c, _ = case_inputs(name)
+        q_ids = c["q_segment_ids"].astype(dtype)
+        k_ids = c.get("kv_segment_ids", q_ids).astype(dtype)
+        infos = [TensorInfo(a.shape, dtype, contiguous_strides(a.shape)) for a in (q_ids, k_ids)]
+        plan = segment_ranges.range_plan(*infos, "q_segment_ids", "kv_segment_ids")
+        fw = self.fw
+        inputs = {"q_segment_ids": fw.array(q_ids, dtype), "kv_segment_ids": fw.array(k_ids, dtype)}
+        q_range, k_range = (fw.numpy(a) for a in self._launch(plan, inputs))
+        for b in range(q_ids.shape[0]):
+            np.testing.assert_array_equal(q_range[b], ranges_ref(q_ids[b], k_ids[b]), f"q_key_range, row {b}")
+            np.testing.assert_array_equal(
+                k_range[b], ranges_ref(k_ids[b], q_ids[b]), f"kv_query_range, row {b}"
+            )
+
+    @pytest.mark.parametrize("name", sorted(CASES))
+    def test_segments(self, name):
+        c, options = case_inputs(name)
+        self._kernel_level(name in ("docs_causal", "cross_unsorted_keys", "batch_rows_sorted_and_not"))
+        self._check(c, options, dlse=name.startswith("docs"))
+
+    def test_bfloat16_docs(self):
+        c, options = case_inputs("docs_window_causal")
+        self._check(c, options, dtype="bfloat16")
+
+    def test_one_segment_is_plain_attention(self):
+        """Ids that put every token in one segment give the bits of plain
+        attention: the same tiles, the same products (only the edge tiles
+        compare ids, and every comparison holds)."""
+        fw = self.fw
+        c, options = case_inputs("one_segment_causal", seed=3)
+        x = [fw.array(c[n], "bfloat16") for n in ("query", "key", "value")]
+        plain = fw.api.flash_attention(*x, **options)
+        ids = fw.array(c["q_segment_ids"], "int32")
+        np.testing.assert_array_equal(
+            fw.numpy(fw.api.flash_attention(*x, q_segment_ids=ids, **options)), fw.numpy(plain)
+        )
+
+    def test_sorted_ids_are_packed_input(self):
+        """Sorted ids and the same documents as ``cu_seqlens`` run the same
+        tiles with the same products: equal bits."""
+        fw = self.fw
+        c, options = case_inputs("docs_causal", seed=4)
+        x = [fw.array(c[n], "bfloat16") for n in ("query", "key", "value")]
+        ids = c["q_segment_ids"][0]
+        cu = np.concatenate([[0], np.flatnonzero(np.diff(ids)) + 1, [len(ids)]]).astype(np.int32)
+        packed = fw.api.flash_attention(*x, cu_seqlens=fw.array(cu, "int32"), **options)
+        by_ids = fw.api.flash_attention(*x, q_segment_ids=fw.array(ids[None], "int32"), **options)
+        np.testing.assert_array_equal(fw.numpy(by_ids), fw.numpy(packed))
+
+    @pytest.mark.skipif(interpreter_requested(), reason="GPU sizes: the configs a GPU picks at long T")
+    @pytest.mark.parametrize("D", [64, 128])
+    @pytest.mark.parametrize("kind", ["one", "docs4", "docs64", "two_runs"])
+    def test_gpu_sizes(self, kind, D):
+        """T = 2048 (causal, GQA 8 on 2), the configs the GPU picks, bf16,
+        forward and every gradient against the float64 reference."""
+        T = 2048
+        rng = np.random.default_rng(8)
+        c = make_case(rng, Tq=T, Tk=T, HQ=8, H=2, D=D)
+        if kind == "one":
+            ids = np.zeros(T, np.int32)
+        elif kind == "two_runs":
+            ids = _runs([(0, 700), (1, 900), (0, 448)], T)
+        else:
+            n = int(kind[4:])
+            ids = sorted_ids(_fit(list(rng.integers(T // (2 * n), 3 * T // (2 * n), n)), T))
+        c["q_segment_ids"] = ids[None]
+        self._check(c, {"causal": True}, dtype="bfloat16")
