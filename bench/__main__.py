@@ -31,6 +31,7 @@ def main(argv):
         latency,
         linear_attention,
         long_context,
+        segments,
         varlen,
     )
 
@@ -44,6 +45,7 @@ def main(argv):
         "decode": decode,
         "delta_rule": delta_rule,
         "long_context": long_context,
+        "segments": segments,
     }
     names = argv or list(modules)
     try:

@@ -1,0 +1,153 @@
+"""Segment ids against plain attention and ``cu_seqlens`` (issue 32):
+B1, T 4k and 16k, 32 query heads on 4 KV heads, D 64 and 128, bf16,
+causal; one segment, 4 and 64 documents (random lengths); forward and
+forward+backward; both bindings.  cuDNN (SDPA's cuDNN back end) runs the
+plain causal case for one segment, and the documents as a dense boolean
+mask ``[1, 1, T, T]`` where it accepts one.  ``python -m bench segments``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.common import markdown_table, save, timed
+
+LENGTHS = (4096, 16384)
+DIMS = (64, 128)
+HQ, H = 32, 4
+DOCS = (1, 4, 64)
+# (input, binding); "plain" ignores the documents (one segment only).
+IMPLS = (
+    ("plain", "torch"),
+    ("segment ids", "torch"),
+    ("cu_seqlens", "torch"),
+    ("cudnn", "torch"),
+    ("plain", "jax"),
+    ("segment ids", "jax"),
+    ("cu_seqlens", "jax"),
+)
+
+
+def doc_lengths(T: int, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` random positive lengths summing to ``T`` (one: ``[T]``)."""
+    if n == 1:
+        return np.array([T])
+    rng = np.random.default_rng(seed)
+    cuts = np.sort(rng.choice(np.arange(1, T), n - 1, replace=False))
+    return np.diff(np.concatenate([[0], cuts, [T]]))
+
+
+def _torch_fns(torch, torch_api, x, do, kind, lens):
+    q, k, v = x
+    T = q.shape[1]
+    leaves = [t.detach().requires_grad_(True) for t in x]
+    if kind == "cudnn":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        qt, kt, vt, dot = (t.transpose(1, 2) for t in (q, k, v, do))
+        tl = [t.detach().requires_grad_(True) for t in (qt, kt, vt)]
+        seg = torch.tensor(np.repeat(np.arange(len(lens)), lens), device="cuda")
+        mask = None
+        if len(lens) > 1:
+            pos = torch.arange(T, device="cuda")
+            mask = ((seg[:, None] == seg[None, :]) & (pos[None, :] <= pos[:, None]))[None, None]
+
+        def sdpa(a):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                if mask is None:
+                    return torch.nn.functional.scaled_dot_product_attention(
+                        *a, is_causal=True, enable_gqa=True
+                    )
+                return torch.nn.functional.scaled_dot_product_attention(*a, attn_mask=mask, enable_gqa=True)
+
+        return lambda: sdpa((qt, kt, vt)), lambda: torch.autograd.grad(sdpa(tl), tl, dot)
+    kw = _kwargs(torch.tensor, kind, lens, dict(device="cuda", dtype=torch.int32))
+
+    def fwd(*a):
+        return torch_api.flash_attention(*a, causal=True, **kw)
+
+    return lambda: fwd(q, k, v), lambda: torch.autograd.grad(fwd(*leaves), leaves, do)
+
+
+def _kwargs(make, kind, lens, opts):
+    if kind == "segment ids":
+        return {"q_segment_ids": make(np.repeat(np.arange(len(lens)), lens)[None], **opts)}
+    if kind == "cu_seqlens":
+        return {"cu_seqlens": make(np.concatenate([[0], np.cumsum(lens)]), **opts)}
+    return {}
+
+
+def _jax_fns(tensors, kind, lens):
+    import jax
+    import jax.numpy as jnp
+
+    import jax_api
+
+    q, k, v, do = (jnp.from_dlpack(t) for t in tensors)
+    kw = _kwargs(jnp.asarray, kind, lens, dict(dtype=jnp.int32))
+    fwd = jax.jit(lambda q, k, v, kw: jax_api.flash_attention(q, k, v, causal=True, **kw))
+    vjp = jax.jit(lambda q, k, v, do, kw: jax.vjp(lambda *x: fwd(*x, kw), q, k, v)[1](do))
+    return (lambda: fwd(q, k, v, kw)), (lambda: vjp(q, k, v, do, kw)), jax.block_until_ready
+
+
+def run(progress=None) -> list[dict]:
+    import torch
+
+    import torch_api
+
+    rows = []
+    sync = lambda _: torch.cuda.synchronize()  # noqa: E731
+    for T in LENGTHS:
+        for D in DIMS:
+            g = torch.Generator(device="cuda").manual_seed(0)
+            shapes = ((1, T, HQ, D), (1, T, H, D), (1, T, H, D), (1, T, HQ, D))
+            tensors = [torch.randn(s, device="cuda", dtype=torch.bfloat16, generator=g) for s in shapes]
+            for n in DOCS:
+                lens = doc_lengths(T, n)
+                for kind, binding in IMPLS:
+                    if kind == "plain" and n > 1:
+                        continue
+                    row = {"T": T, "D": D, "docs": n, "input": kind, "binding": binding}
+                    try:
+                        if binding == "jax":
+                            f, fb, block = _jax_fns(tensors, kind, lens)
+                            row["fwd ms"] = f"{timed(f, block) * 1e3:.3f}"
+                            row["fwd+bwd ms"] = f"{timed(fb, block) * 1e3:.3f}"
+                        else:
+                            f, fb = _torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens)
+                            row["fwd ms"] = f"{timed(f, sync) * 1e3:.3f}"
+                            row["fwd+bwd ms"] = f"{timed(fb, sync) * 1e3:.3f}"
+                    except Exception as e:  # one failing implementation must not hide the rest
+                        row["fwd ms"] = f"error: {type(e).__name__}: {str(e)[:100]}"
+                    rows.append(row)
+                    print(row, flush=True)
+                    if progress is not None:
+                        progress.update(1)
+    _ratios(rows)
+    save("segments", rows, {"device": torch.cuda.get_device_name()})
+    cols = ["T", "D", "docs", "input", "binding", "fwd ms", "fwd+bwd ms", "vs plain", "vs cu_seqlens"]
+    print(markdown_table(rows, cols))
+    return rows
+
+
+def _ratios(rows):
+    """Segment ids' time over plain's (one segment) or over ``cu_seqlens``'s
+    (documents), forward | forward+backward, per binding."""
+
+    def find(r, **want):
+        match = {k: r[k] for k in ("T", "D", "binding")} | want
+        return next(
+            (o for o in rows if all(o.get(k) == v for k, v in match.items()) and "fwd+bwd ms" in o), None
+        )
+
+    for r in rows:
+        if r["input"] != "segment ids" or "fwd+bwd ms" not in r:
+            continue
+        base = find(r, input="plain") if r["docs"] == 1 else find(r, input="cu_seqlens", docs=r["docs"])
+        if base is not None:
+            ratio = "/".join(f"{float(r[c]) / float(base[c]):.3f}" for c in ("fwd ms", "fwd+bwd ms"))
+            r["vs plain" if r["docs"] == 1 else "vs cu_seqlens"] = ratio
+
+
+def count() -> int:
+    return len(LENGTHS) * len(DIMS) * (len(DOCS) * len(IMPLS) - (len(DOCS) - 1) * 2)
