@@ -312,7 +312,7 @@ def flash_bwd_dkdv_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BM)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
-    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
     INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     KRANGE_b = KRANGE + b64 * 2 * Tk
     kblock = (k, v, kpos, kseg, kvalid, kcols)
@@ -332,7 +332,7 @@ def flash_bwd_dkdv_kernel(
             end, qoff, t = piece_runs(p, NQP, q_chunk, Tq, QOFF, visible, BM, POS_MODE)
             # Packed input and segment ids: only the query blocks of this
             # block's segments.
-            t, exact = range_runs(t, KRANGE_b, offs_n, kvalid, Tk, BM, HAS_RANGE)
+            t = range_runs(t, KRANGE_b, offs_n, kvalid, Tk, BM, HAS_RANGE)
             qptrs = (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh)
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
             # without it, edge blocks again (explicit positions: one masked
@@ -344,13 +344,9 @@ def flash_bwd_dkdv_kernel(
                         dk, dv = _dkdv_blocks(
                             (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, INNER, False
                         )
-                    elif exact:
-                        dk, dv = _dkdv_blocks(
-                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, EXACT, True
-                        )
                     else:
                         dk, dv = _dkdv_blocks(
-                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, FEATURES, True
+                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, RANGED, True
                         )
                 else:
                     dk, dv = _dkdv_blocks(
@@ -591,7 +587,7 @@ def flash_bwd_dq_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
-    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
     INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, do, lse2, delta, qpos, qseg, qvalid, offs_m)
@@ -603,7 +599,7 @@ def flash_bwd_dq_kernel(
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
         # Packed input and segment ids: only the key blocks of this block's
         # segments.
-        t, exact = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
+        t = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of blocks: edge blocks with the mask, fully allowed ones
         # without it, edge blocks again (explicit positions: one masked
         # run); with ranges, as in the forward.
@@ -612,12 +608,8 @@ def flash_bwd_dq_kernel(
             if HAS_RANGE and POS_MODE == 0:
                 if part == 1:
                     dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, INNER, False)
-                elif exact:
-                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, EXACT, True)
                 else:
-                    dq = _dq_blocks(
-                        dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, True
-                    )
+                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, RANGED, True)
             else:
                 dq = _dq_blocks(
                     dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, part != 1

@@ -142,17 +142,14 @@ def inner_runs(t, in_lo, in_hi, BLK: tl.constexpr):
 
 @triton.jit
 def range_runs(t, RANGE, offs, valid, T, BLK: tl.constexpr, HAS_RANGE: tl.constexpr):
-    """``(t, exact)``: with ranges (``HAS_RANGE``), ``t`` cut by
-    :func:`clamp_runs` to the block's range (:func:`other_range`) and its
-    middle run kept to the tiles every row sees (:func:`inner_runs`: no
-    segment comparison there), and whether the ranges are exact (then no
-    tile of the masked runs needs the per-block test); else ``t`` and
-    False."""
-    exact = False
+    """With ranges (``HAS_RANGE``), ``t`` cut by :func:`clamp_runs` to the
+    block's range (:func:`other_range`) and its middle run kept to the
+    tiles every row sees (:func:`inner_runs`: no segment comparison
+    there); else ``t``."""
     if HAS_RANGE:
-        lo, hi, in_lo, in_hi, exact = other_range(RANGE, offs, valid, T)
+        lo, hi, in_lo, in_hi, _ = other_range(RANGE, offs, valid, T)
         t = inner_runs(clamp_runs(t, lo, hi, BLK), in_lo, in_hi, BLK)
-    return t, exact
+    return t
 
 
 @triton.jit

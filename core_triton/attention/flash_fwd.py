@@ -256,10 +256,11 @@ def flash_fwd_kernel(
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
     FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
 
-    # With ranges: the masked runs without the per-block test (exact ranges
-    # leave no block that cannot meet) and the middle run without segment
-    # ids (every pair there shares one segment).
-    EXACT: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    # With ranges: the masked runs without the per-block test (the ranges
+    # bound the blocks to visit; a loop with a branch is not pipelined, and
+    # a kernel that has one serialises its products everywhere) and the
+    # middle run without segment ids (every pair there shares one segment).
+    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
     INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, qpos, qseg, qvalid, offs_m)
@@ -270,12 +271,10 @@ def flash_fwd_kernel(
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
         # Packed input and segment ids: only the key blocks of this block's
         # segments.
-        t, exact = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
+        t = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of key blocks: edge blocks with the mask, fully allowed
         # blocks without it, edge blocks again (explicit positions: one run,
-        # all masked).  A run of blocks whose loop holds a branch is not
-        # pipelined: the per-block test runs only where ranges cannot
-        # replace it.
+        # all masked).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
             run = (t[part], t[part + 1], end, koff)
             if HAS_RANGE and POS_MODE == 0:
@@ -293,20 +292,6 @@ def flash_fwd_kernel(
                         INNER,
                         False,
                     )
-                elif exact:
-                    acc, m_i, l_i = _fwd_blocks(
-                        (acc, m_i, l_i),
-                        qblock,
-                        qr,
-                        run,
-                        ptrs,
-                        strides,
-                        scaling,
-                        (left, right),
-                        SIZES,
-                        EXACT,
-                        True,
-                    )
                 else:
                     acc, m_i, l_i = _fwd_blocks(
                         (acc, m_i, l_i),
@@ -318,7 +303,7 @@ def flash_fwd_kernel(
                         scaling,
                         (left, right),
                         SIZES,
-                        FEATURES,
+                        RANGED,
                         True,
                     )
             else:

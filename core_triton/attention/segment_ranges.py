@@ -15,8 +15,13 @@ core_triton.attention.packed writes the same format):
   searches.  An empty range (``lo == hi``) is a segment the other side does
   not have.
 * **a bound only** (``lo`` stored as ``-1 - lo``): every token of the segment
-  lies in ``[lo, hi)``, others may too.  Unsorted ids get ``[0, T_other)``,
-  stored as ``(-1, T_other)``; the kernels then test each tile's ids.
+  lies in ``[lo, hi)``, others may too.  Where the other side's row is
+  unsorted, the tokens of one program (``_BLOCK`` consecutive ones) share
+  the span from the first to the last token of the other side whose id lies
+  between their smallest and largest ids (empty when none does); the
+  kernels mask every tile of such a range (no per-tile test: a loop with a
+  branch in it is not pipelined, and a compiled kernel that has one
+  serialises its matrix products everywhere).
 
 The contract gives no id a special meaning, so whether a row is sorted is
 found on the device (a scan of the other side's row in every program: no
@@ -35,9 +40,11 @@ import triton.language as tl
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import jit
 
-# Tokens per program; also the stretch of the other row each step of the
-# sortedness scan reads.
-_BLOCK = 1024
+# Tokens per program: an unsorted row's bound is shared by a program's
+# tokens, so no wider than the flash kernels' largest block (128) to stay
+# tight.  SCAN: the stretch of the other row each step of the scan reads.
+_BLOCK = 128
+_SCAN = 1024
 
 
 @triton.jit
@@ -59,34 +66,58 @@ def _bound(OTHER, s, valid, T_other, n_iter, UPPER: tl.constexpr):
 
 
 @triton.jit
-def _side_ranges(OWN, OTHER, OUT, T_own, T_other, n_iter, start, BLOCK: tl.constexpr):
+def _side_ranges(OWN, OTHER, OUT, T_own, T_other, n_iter, start, BLOCK: tl.constexpr, SCAN: tl.constexpr):
     """Ranges of the tokens ``start .. start + BLOCK - 1`` of one side's row
     ``OWN`` into the other side's row ``OTHER``, stored at ``OUT`` (this
     row's ``[2 T_own]``)."""
-    # Is the other row non-decreasing?  Every program reads it whole: one
-    # launch, no second pass, and ids small next to the attention's inputs.
-    descents = 0
-    for c in range(0, T_other, BLOCK):
-        j = c + tl.arange(0, BLOCK)
-        pair = j + 1 < T_other
-        x = tl.load(OTHER + j, mask=pair, other=0).to(tl.int32)
-        y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
-        descents += tl.sum((pair & (x > y)).to(tl.int32), 0)
     t = start + tl.arange(0, BLOCK)
     valid = t < T_own
     s = tl.load(OWN + t, mask=valid, other=0).to(tl.int32)
+    smin = tl.min(tl.where(valid, s, 2147483647), 0)
+    smax = tl.max(tl.where(valid, s, -2147483648), 0)
+    # One pass over the other row (every program reads it whole: one launch,
+    # no second pass, and ids are small next to the attention's inputs):
+    # does it ever decrease, and where are its tokens whose id lies in this
+    # block's [smin, smax] (the bound an unsorted row gets)?
+    descents = 0
+    first_hit = T_other
+    last_hit = -1
+    for c in range(0, T_other, SCAN):
+        j = c + tl.arange(0, SCAN)
+        inside = j < T_other
+        pair = j + 1 < T_other
+        x = tl.load(OTHER + j, mask=inside, other=0).to(tl.int32)
+        y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
+        descents += tl.sum((pair & (x > y)).to(tl.int32), 0)
+        hit = inside & (x >= smin) & (x <= smax)
+        first_hit = tl.minimum(first_hit, tl.min(tl.where(hit, j, T_other), 0))
+        last_hit = tl.maximum(last_hit, tl.max(tl.where(hit, j, -1), 0))
     first = _bound(OTHER, s, valid, T_other, n_iter, False)
     last = _bound(OTHER, s, valid, T_other, n_iter, True)
     sorted_ = descents == 0
-    lo = tl.where(sorted_, first, -1)
-    hi = tl.where(sorted_, last, T_other)
+    # A bound: [first_hit, last_hit + 1), or empty ([0, 0)) without a hit.
+    b_lo = tl.where(last_hit >= 0, first_hit, 0)
+    b_hi = last_hit + 1
+    lo = tl.where(sorted_, first, -1 - b_lo)
+    hi = tl.where(sorted_, last, b_hi)
     tl.store(OUT + t, lo, mask=valid)
     tl.store(OUT + T_own + t, hi, mask=valid)
 
 
 @jit(sizes=("stride_qb", "stride_kb", "Tq", "Tk", "q_iter", "k_iter"))
 def segment_ranges_kernel(
-    QSEG, KSEG, stride_qb, stride_kb, Tq, Tk, q_iter, k_iter, Q_KEY_RANGE, KV_QUERY_RANGE, BLOCK: tl.constexpr
+    QSEG,
+    KSEG,
+    stride_qb,
+    stride_kb,
+    Tq,
+    Tk,
+    q_iter,
+    k_iter,
+    Q_KEY_RANGE,
+    KV_QUERY_RANGE,
+    BLOCK: tl.constexpr,
+    SCAN: tl.constexpr,
 ):
     """Grid ``(cdiv(max(Tq, Tk), BLOCK), B, 2)``: axis 2 picks the side,
     0 the queries' key ranges ``Q_KEY_RANGE [B, 2Tq]``, 1 the keys' query
@@ -101,10 +132,10 @@ def segment_ranges_kernel(
     # Each side is its own call (the two rows may differ in dtype).
     if tl.program_id(2) == 0:
         if start < Tq:
-            _side_ranges(QSEG_b, KSEG_b, Q_KEY_RANGE + b * 2 * Tq, Tq, Tk, k_iter, start, BLOCK)
+            _side_ranges(QSEG_b, KSEG_b, Q_KEY_RANGE + b * 2 * Tq, Tq, Tk, k_iter, start, BLOCK, SCAN)
     else:
         if start < Tk:
-            _side_ranges(KSEG_b, QSEG_b, KV_QUERY_RANGE + b * 2 * Tk, Tk, Tq, q_iter, start, BLOCK)
+            _side_ranges(KSEG_b, QSEG_b, KV_QUERY_RANGE + b * 2 * Tk, Tk, Tq, q_iter, start, BLOCK, SCAN)
 
 
 def _halvings(n: int) -> int:
@@ -146,7 +177,7 @@ def range_plan(q_seg: TensorInfo, kv_seg: TensorInfo, q_name: str, kv_name: str)
         ),
         outputs=tuple(OutputSpec(info.shape, "int32") for info in infos.values()),
         output_names=tuple(infos),
-        constexprs=dict(BLOCK=_BLOCK),
+        constexprs=dict(BLOCK=_BLOCK, SCAN=_SCAN),
         num_warps=4,
         num_stages=1,
     )

@@ -54,6 +54,8 @@ def _ids(kind, rng, T):
         return sorted_ids(_fit(list(rng.integers(1, 9, T)), T))
     if kind == "two_runs":  # id 0 in two separate runs
         return _runs([(0, 30), (1, 41), (0, 25), (2, 11)], T)
+    if kind == "long_runs":
+        return _runs([(5, 100), (3, 60), (5, 40), (9, 100)], T)
     if kind == "random":  # unsorted, every token its own draw
         return rng.integers(0, 3, T).astype(np.int32)
     if kind == "descending":  # sorted the other way: not "non-decreasing"
@@ -91,6 +93,9 @@ CASES = {
     "docs_window_both_sides": ({"Tq": 131, "Tk": 131}, ["docs"], None, {"sliding_window": (33, 20)}),
     "short_segments_causal": ({"Tq": 110, "Tk": 110}, ["short"], None, {"causal": True}),
     "id_in_two_runs_causal": ({"Tq": 120, "Tk": 120}, ["two_runs"], None, {"causal": True}),
+    # Unsorted, long enough that a program's bound (128 tokens) is narrower
+    # than the row: the last tokens' segment lies in the last third only.
+    "unsorted_long_runs_causal": ({"Tq": 300, "Tk": 300}, ["long_runs"], None, {"causal": True}),
     "unsorted_random_window": ({"Tq": 100, "Tk": 100}, ["random"], None, {"sliding_window": (25, 25)}),
     "descending_causal": ({"Tq": 150, "Tk": 150}, ["descending"], None, {"causal": True}),
     "batch_rows_sorted_and_not": (
@@ -147,15 +152,24 @@ def case_inputs(name, seed=0):
     return c, options
 
 
-def ranges_ref(own, other):
+def ranges_ref(own, other, group=segment_ranges._BLOCK):
     """numpy ranges of each token of ``own [T]`` into ``other [T_other]``
-    as core_triton.attention.segment_ranges writes them: ``[2T]``."""
-    T, To = len(own), len(other)
+    as core_triton.attention.segment_ranges writes them: ``[2T]``.  Sorted
+    ``other``: each id's first and one-past-last index.  Else, per ``group``
+    of consecutive tokens, a bound (start stored as ``-1 - start``): the
+    span of ``other``'s tokens whose id lies between the group's smallest
+    and largest ids, ``[0, 0)`` when none does."""
+    T = len(own)
     if np.all(np.diff(other) >= 0):
         lo = np.searchsorted(other, own, side="left")
         hi = np.searchsorted(other, own, side="right")
-    else:
-        lo, hi = np.full(T, -1), np.full(T, To)
+        return np.concatenate([lo, hi]).astype(np.int32)
+    lo, hi = np.zeros(T, np.int64), np.zeros(T, np.int64)
+    for a in range(0, T, group):
+        ids = own[a : a + group]
+        hits = np.flatnonzero((other >= ids.min()) & (other <= ids.max()))
+        lo[a : a + group] = -1 - (hits[0] if len(hits) else 0)
+        hi[a : a + group] = hits[-1] + 1 if len(hits) else 0
     return np.concatenate([lo, hi]).astype(np.int32)
 
 
@@ -172,7 +186,7 @@ class FlashSegmentsSuite(KernelLevelCases):
     def test_ranges(self, name, dtype):
         """Each token's range of the other side's tokens of its segment:
         exact (two binary searches) where the other side's row never
-        decreases, else the whole row, marked a bound (start -1)."""
+        decreases, else a bound shared by a program's tokens (ranges_ref)."""
         self._kernel_level(name == "batch_rows_sorted_and_not")
         c, _ = case_inputs(name)
         q_ids = c["q_segment_ids"].astype(dtype)
