@@ -33,6 +33,7 @@ the outputs whatever they hold.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import triton
 import triton.language as tl
@@ -44,29 +45,56 @@ from core_triton.common.runtime import jit
 # tokens, so no wider than the flash kernels' largest block (128) to stay
 # tight.  SCAN: the stretch of the other row each step of the scan reads.
 _BLOCK = 128
-_SCAN = 1024
+_SCAN = 4096
+# Points each step of the search probes, plus one: the search's dependent
+# loads are what a short call waits for.
+_WAYS = 16
 
 
 @triton.jit
-def _bound(OTHER, s, valid, T_other, n_iter, UPPER: tl.constexpr):
-    """First index of the other row (length ``T_other``, read as sorted)
-    whose id is ``>= s`` (``> s`` with ``UPPER``), for each lane; ``n_iter``
-    halvings of ``[0, T_other)`` reach a single index.  Loads only inside
-    ``[0, T_other)``."""
+def _bounds(OTHER, s, valid, T_other, n_iter, WAYS: tl.constexpr):
+    """``(first, last)``: the first index of the other row (length
+    ``T_other``, read as sorted) whose id is ``>= s``, and the first whose
+    id is ``> s``, for each lane.  A ``WAYS``-ary search: each step probes
+    ``WAYS - 1`` points of the interval left (the two searches side by
+    side), so ``n_iter`` (:func:`_search_steps`) steps of dependent loads
+    reach one index where halving would take ``log2(T_other)``.  Loads only
+    inside ``[0, T_other)``."""
+    i = tl.arange(0, WAYS)[None, :]
+    probe = i < WAYS - 1
     lo = tl.zeros_like(s)
     hi = tl.zeros_like(s) + T_other
+    lo2 = tl.zeros_like(s)
+    hi2 = tl.zeros_like(s) + T_other
     for _ in range(n_iter):
-        open_ = valid & (lo < hi)
-        mid = (lo + hi) // 2
-        x = tl.load(OTHER + mid, mask=open_, other=0).to(tl.int32)
-        right = (x <= s) if UPPER else (x < s)
-        lo = tl.where(open_ & right, mid + 1, lo)
-        hi = tl.where(open_ & ~right, mid, hi)
-    return lo
+        p = lo[:, None] + ((i + 1) * (hi - lo)[:, None]) // WAYS
+        p2 = lo2[:, None] + ((i + 1) * (hi2 - lo2)[:, None]) // WAYS
+        m = valid[:, None] & probe & (p < hi[:, None])
+        m2 = valid[:, None] & probe & (p2 < hi2[:, None])
+        x = tl.load(OTHER + p, mask=m, other=0).to(tl.int32)
+        x2 = tl.load(OTHER + p2, mask=m2, other=0).to(tl.int32)
+        below = x < s[:, None]
+        below2 = x2 <= s[:, None]
+        lo = tl.maximum(lo, tl.max(tl.where(m & below, p + 1, 0), 1))
+        hi = tl.minimum(hi, tl.min(tl.where(m & ~below, p, T_other), 1))
+        lo2 = tl.maximum(lo2, tl.max(tl.where(m2 & below2, p2 + 1, 0), 1))
+        hi2 = tl.minimum(hi2, tl.min(tl.where(m2 & ~below2, p2, T_other), 1))
+    return lo, lo2
 
 
 @triton.jit
-def _side_ranges(OWN, OTHER, OUT, T_own, T_other, n_iter, start, BLOCK: tl.constexpr, SCAN: tl.constexpr):
+def _side_ranges(
+    OWN,
+    OTHER,
+    OUT,
+    T_own,
+    T_other,
+    n_iter,
+    start,
+    BLOCK: tl.constexpr,
+    SCAN: tl.constexpr,
+    WAYS: tl.constexpr,
+):
     """Ranges of the tokens ``start .. start + BLOCK - 1`` of one side's row
     ``OWN`` into the other side's row ``OTHER``, stored at ``OUT`` (this
     row's ``[2 T_own]``)."""
@@ -92,8 +120,7 @@ def _side_ranges(OWN, OTHER, OUT, T_own, T_other, n_iter, start, BLOCK: tl.const
         hit = inside & (x >= smin) & (x <= smax)
         first_hit = tl.minimum(first_hit, tl.min(tl.where(hit, j, T_other), 0))
         last_hit = tl.maximum(last_hit, tl.max(tl.where(hit, j, -1), 0))
-    first = _bound(OTHER, s, valid, T_other, n_iter, False)
-    last = _bound(OTHER, s, valid, T_other, n_iter, True)
+    first, last = _bounds(OTHER, s, valid, T_other, n_iter, WAYS)
     sorted_ = descents == 0
     # A bound: [first_hit, last_hit + 1), or empty ([0, 0)) without a hit.
     b_lo = tl.where(last_hit >= 0, first_hit, 0)
@@ -118,13 +145,14 @@ def segment_ranges_kernel(
     KV_QUERY_RANGE,
     BLOCK: tl.constexpr,
     SCAN: tl.constexpr,
+    WAYS: tl.constexpr,
 ):
     """Grid ``(cdiv(max(Tq, Tk), BLOCK), B, 2)``: axis 2 picks the side,
     0 the queries' key ranges ``Q_KEY_RANGE [B, 2Tq]``, 1 the keys' query
     ranges ``KV_QUERY_RANGE [B, 2Tk]`` (module docstring).  ``QSEG [B,
     Tq]``, ``KSEG [B, Tk]`` int32/int64 (unit stride along time; the same
     array for both sides when one gives both); ``q_iter``/``k_iter``: the
-    halvings a binary search over ``Tq``/``Tk`` ids needs."""
+    steps a search over ``Tq``/``Tk`` ids needs (:func:`_search_steps`)."""
     start = tl.program_id(0) * BLOCK
     b = tl.program_id(1).to(tl.int64)
     QSEG_b = QSEG + b * stride_qb
@@ -132,16 +160,23 @@ def segment_ranges_kernel(
     # Each side is its own call (the two rows may differ in dtype).
     if tl.program_id(2) == 0:
         if start < Tq:
-            _side_ranges(QSEG_b, KSEG_b, Q_KEY_RANGE + b * 2 * Tq, Tq, Tk, k_iter, start, BLOCK, SCAN)
+            _side_ranges(QSEG_b, KSEG_b, Q_KEY_RANGE + b * 2 * Tq, Tq, Tk, k_iter, start, BLOCK, SCAN, WAYS)
     else:
         if start < Tk:
-            _side_ranges(KSEG_b, QSEG_b, KV_QUERY_RANGE + b * 2 * Tk, Tk, Tq, q_iter, start, BLOCK, SCAN)
+            _side_ranges(
+                KSEG_b, QSEG_b, KV_QUERY_RANGE + b * 2 * Tk, Tk, Tq, q_iter, start, BLOCK, SCAN, WAYS
+            )
 
 
-def _halvings(n: int) -> int:
-    """Steps of a binary search over ``n`` entries (``[0, n)`` shrinks to
-    one index)."""
-    return max(1, n.bit_length() + 1)
+def _search_steps(n: int, ways: int = _WAYS) -> int:
+    """Steps of :func:`_bounds` over ``n`` entries: the widest interval a
+    step can leave, followed until none is left."""
+    steps = 0
+    while n > 0:
+        cuts = [(i + 1) * n // ways for i in range(ways - 1)]
+        n = max([cuts[0]] + [b - a - 1 for a, b in itertools.pairwise(cuts)] + [n - cuts[-1] - 1])
+        steps += 1
+    return max(steps, 1)
 
 
 def range_infos(batch: int, query_len: int, key_len: int, device: str | None) -> dict[str, TensorInfo]:
@@ -172,12 +207,12 @@ def range_plan(q_seg: TensorInfo, kv_seg: TensorInfo, q_name: str, kv_name: str)
             kv_seg.strides[0] if B > 1 else 0,
             Tq,
             Tk,
-            _halvings(Tq),
-            _halvings(Tk),
+            _search_steps(Tq),
+            _search_steps(Tk),
         ),
         outputs=tuple(OutputSpec(info.shape, "int32") for info in infos.values()),
         output_names=tuple(infos),
-        constexprs=dict(BLOCK=_BLOCK, SCAN=_SCAN),
+        constexprs=dict(BLOCK=_BLOCK, SCAN=_SCAN, WAYS=_WAYS),
         num_warps=4,
         num_stages=1,
     )

@@ -202,6 +202,25 @@ class FlashSegmentsSuite(KernelLevelCases):
                 k_range[b], ranges_ref(k_ids[b], q_ids[b]), f"kv_query_range, row {b}"
             )
 
+    @pytest.mark.parametrize("order", ["sorted", "unsorted"])
+    def test_ranges_long(self, order):
+        """Rows of 5000 and 7000 ids (the search's several steps, several
+        programs, the scan's several passes): 300 documents, sorted or
+        shuffled by runs."""
+        self._kernel_level(order == "unsorted")
+        rng = np.random.default_rng(9)
+        q_ids = sorted_ids(_fit(list(rng.integers(1, 40, 400)), 5000))[None]
+        k_ids = sorted_ids(_fit(list(rng.integers(1, 50, 400)), 7000))[None]
+        if order == "unsorted":
+            k_ids = k_ids[:, rng.permutation(7000)]
+        infos = [TensorInfo(a.shape, "int32", contiguous_strides(a.shape)) for a in (q_ids, k_ids)]
+        plan = segment_ranges.range_plan(*infos, "q_segment_ids", "kv_segment_ids")
+        fw = self.fw
+        inputs = {"q_segment_ids": fw.array(q_ids, "int32"), "kv_segment_ids": fw.array(k_ids, "int32")}
+        q_range, k_range = (fw.numpy(a) for a in self._launch(plan, inputs))
+        np.testing.assert_array_equal(q_range[0], ranges_ref(q_ids[0], k_ids[0]), "q_key_range")
+        np.testing.assert_array_equal(k_range[0], ranges_ref(k_ids[0], q_ids[0]), "kv_query_range")
+
     @pytest.mark.parametrize("name", sorted(CASES))
     def test_segments(self, name):
         c, options = case_inputs(name)
