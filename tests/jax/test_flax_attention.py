@@ -20,6 +20,15 @@ integration = pytest.importorskip("jax_api.integrations.flax")
 B, T, S, N, K, H = 2, 10, 12, 4, 2, 8
 
 
+@pytest.fixture(autouse=True)
+def _float32_products():
+    """XLA's float32 products on a GPU default to TF32 (about 1e-3
+    relative error): the references and the models' projections run at
+    full float32 precision, as the kernels' float32 products do."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 def _inputs(seed, Tq=T, Tk=S):
     rng = np.random.default_rng(seed)
     q = jnp.asarray(rng.standard_normal((B, Tq, N, H)), jnp.float32)
