@@ -32,6 +32,7 @@ def main(argv):
         linear_attention,
         long_context,
         segments,
+        transformers_step,
         varlen,
     )
 
@@ -46,6 +47,7 @@ def main(argv):
         "delta_rule": delta_rule,
         "long_context": long_context,
         "segments": segments,
+        "transformers_step": transformers_step,
     }
     names = argv or list(modules)
     try:

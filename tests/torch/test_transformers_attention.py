@@ -115,6 +115,36 @@ def test_logits_and_gradients_match_eager(kind, padding):
     assert_grads_close(our_grads, ref_grads, "float32", names, zero_below=1e-9)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="bf16 through the GPU's compiled kernels")
+@pytest.mark.parametrize("kind,padding", [("llama", "right"), ("gemma2", "left")])
+def test_bfloat16_on_the_gpu_matches_sdpa(kind, padding):
+    """The models in bf16 on the GPU, as they train: ours against the same
+    bf16 model on ``sdpa`` (both round every other layer alike), logits
+    and every parameter's gradient within bf16's tolerance."""
+    integration.register()
+    cfg = _config(kind)
+    torch.manual_seed(3)
+    models = {}
+    for name in ("sdpa", "twinkernels"):
+        torch.manual_seed(3)
+        models[name] = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(cfg), attn_implementation=name
+        ).to(DEVICE, torch.bfloat16)
+    ids, mask = _batch(padding, seed=5)
+    real = mask.bool()
+    got = {}
+    for name, model in models.items():
+        out = _logits(model, ids, mask)
+        w = torch.linspace(0.5, 1.5, out.shape[-1], device=DEVICE, dtype=out.dtype)
+        (out[real].float() * w).square().sum().backward()
+        grads = {n: p.grad.double().cpu().numpy() for n, p in model.named_parameters() if p.grad is not None}
+        got[name] = out[real].double().detach().cpu().numpy(), grads
+    assert_close(got["twinkernels"][0], got["sdpa"][0], "bfloat16", "logits")
+    names = list(got["sdpa"][1])
+    ref_grads, our_grads = ([got[w][1][n] for n in names] for w in ("sdpa", "twinkernels"))
+    assert_grads_close(our_grads, ref_grads, "bfloat16", names, zero_below=1e-2)
+
+
 def test_sinks_gpt_oss_match_eager():
     # gpt-oss: a learned sink logit per query head (s_aux) and alternating
     # sliding windows.  Its experts multiply with torch._grouped_mm, which

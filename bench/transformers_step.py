@@ -1,0 +1,95 @@
+"""A training step of a transformers model with our attention (issue 28):
+a Llama 1B-shaped config (22 layers, hidden 2048, 32 query heads on 4 KV
+heads, head dim 64, random weights, bf16), B1 T4096, forward+backward of
+the language-model loss.  transformers' ``sdpa`` beside ours
+(``attn_implementation="twinkernels"``, torch_api.integrations.transformers)
+on one document and on 4 packed documents: packing told by restarting
+``position_ids`` (both backends read it; sdpa gets transformers' packed
+mask) and, for ours, by ``cu_seq_lens_*`` as transformers passes them to
+``flash_attention_2``.  Tokens/s from the median step time.
+``python -m bench transformers_step``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.common import markdown_table, save, time_per_call
+
+T, DOCS = 4096, 4
+CASES = (
+    ("sdpa", 1, "positions"),
+    ("twinkernels", 1, "positions"),
+    ("sdpa", DOCS, "positions"),
+    ("twinkernels", DOCS, "positions"),
+    ("twinkernels", DOCS, "cu_seq_lens"),
+)
+
+
+def _model(torch, transformers):
+    cfg = transformers.LlamaConfig(
+        vocab_size=32000,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=22,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        max_position_embeddings=T,
+    )
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).cuda()
+
+
+def _inputs(torch, docs):
+    lens = np.full(docs, T // docs)
+    lens[-1] += T - lens.sum()
+    pos = np.concatenate([np.arange(n) for n in lens])
+    cu = np.concatenate([[0], np.cumsum(lens)])
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 32000, (1, T), generator=g).cuda()
+    return ids, torch.tensor(pos[None]).cuda(), torch.tensor(cu, dtype=torch.int32).cuda(), int(lens.max())
+
+
+def run(progress=None) -> list[dict]:
+    import torch
+    import transformers
+
+    from torch_api.integrations.transformers import register
+
+    register()
+    model = _model(torch, transformers)
+    rows = []
+    for impl, docs, packing in CASES:
+        ids, pos, cu, longest = _inputs(torch, docs)
+        extra = {}
+        if packing == "cu_seq_lens":
+            extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+        model.set_attn_implementation(impl)
+
+        def step(ids=ids, pos=pos, extra=extra):
+            model.zero_grad(set_to_none=True)
+            loss = model(input_ids=ids, position_ids=pos, labels=ids, **extra).loss
+            loss.backward()
+            return loss
+
+        row = {"attention": impl, "docs": docs, "packing": packing}
+        try:
+            t = time_per_call(step, lambda _: torch.cuda.synchronize(), iters=5, reps=3, warmup=2)
+            row.update({"step ms": f"{t * 1e3:.1f}", "tokens/s": f"{T / t:,.0f}"})
+        except Exception as e:  # one failing case must not hide the rest
+            row["step ms"] = f"error: {type(e).__name__}: {str(e)[:100]}"
+        rows.append(row)
+        print(row, flush=True)
+        if progress is not None:
+            progress.update(1)
+    for r in rows:
+        base = next((b for b in rows if b["attention"] == "sdpa" and b["docs"] == r["docs"]), None)
+        if base is not None and "tokens/s" in r and "tokens/s" in base:
+            r["vs sdpa"] = f"{float(base['step ms']) / float(r['step ms']):.2f}x"
+    save("transformers_step", rows, {"device": torch.cuda.get_device_name(), "T": T})
+    print(markdown_table(rows, ["attention", "docs", "packing", "step ms", "tokens/s", "vs sdpa"]))
+    return rows
+
+
+def count() -> int:
+    return len(CASES)
