@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from core_triton.common.runtime import interpreter_requested
 from tests.reference import rms_ratio
 
 # (zigzag, options, extras) - extras: sink / sink_inf (-inf sinks) / bias
@@ -243,6 +244,10 @@ def _run_ring(n, cases, backend):
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_ring_equals_single_device(n):
+    if n == 8 and interpreter_requested():
+        # 97 s of CI's 2 cores (8 processes); the schedule of eight devices
+        # is core's, run by the JAX binding's test_ring_of_eight_devices.
+        pytest.skip("8 processes on the interpreter: the JAX ring of eight covers it (CI time)")
     _run_ring(n, CASES if n <= 4 else [*CASES[:2], CASES[6]], "gloo")
 
 
