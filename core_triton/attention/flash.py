@@ -582,7 +582,11 @@ def attention_plans(
         # runs over the other side's blocks of its own sequences only.
         HAS_RANGE=has_range and opts.q_pieces == 1 and opts.k_pieces == 1,
         POS_MODE=1 if explicit else 0,
-        TEST=has_seg or explicit,
+        # A per-block test of ids or positions, where nothing better bounds
+        # the blocks: ranges do for segment ids with offset positions (a
+        # loop with a branch is not pipelined, and a kernel that has one
+        # serialises its matrix products everywhere).
+        TEST=explicit or (has_seg and not (has_range and opts.q_pieces == 1 and opts.k_pieces == 1)),
         NQP=opts.q_pieces,
         NKP=opts.k_pieces,
         ROW64=row64,

@@ -125,7 +125,9 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     HAS_WINDOW: tl.constexpr = FEATURES[2]
     HAS_CAP: tl.constexpr = FEATURES[3]
     HAS_BIAS: tl.constexpr = FEATURES[4]
-    HAS_SEG: tl.constexpr = FEATURES[5]
+    # With ranges (FEATURES[9]) the unmasked middle run holds only tiles
+    # whose pairs share one segment (flash_common.range_runs): no ids there.
+    HAS_SEG: tl.constexpr = FEATURES[5] and (MASK or not FEATURES[9])
     POS_MODE: tl.constexpr = FEATURES[6]
     ROW64: tl.constexpr = FEATURES[7]
     DOT_PREC: tl.constexpr = FEATURES[8]
@@ -310,10 +312,19 @@ def flash_bwd_dkdv_kernel(
     # The kernel's constexprs as the loop helper takes them (named with the
     # annotation: a plain assignment would make run-time values of them).
     SIZES: tl.constexpr = (D, DV, BD, BDV, BM)
-    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    FEATURES: tl.constexpr = (
+        TEST,
+        CAUSAL,
+        HAS_WINDOW,
+        HAS_CAP,
+        HAS_BIAS,
+        HAS_SEG,
+        POS_MODE,
+        ROW64,
+        DOT_PREC,
+        HAS_RANGE,
+    )
 
-    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
-    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     KRANGE_b = KRANGE + b64 * 2 * Tk
     kblock = (k, v, kpos, kseg, kvalid, kcols)
     strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
@@ -336,22 +347,12 @@ def flash_bwd_dkdv_kernel(
             qptrs = (Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh)
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
             # without it, edge blocks again (explicit positions: one masked
-            # run); with ranges, as in the forward.
+            # run).
             for part in tl.static_range(3 if POS_MODE == 0 else 1):
-                run = (t[part], t[part + 1], end, qoff)
-                if HAS_RANGE and POS_MODE == 0:
-                    if part == 1:
-                        dk, dv = _dkdv_blocks(
-                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, INNER, False
-                        )
-                    else:
-                        dk, dv = _dkdv_blocks(
-                            (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, RANGED, True
-                        )
-                else:
-                    dk, dv = _dkdv_blocks(
-                        (dk, dv), kblock, kr, run, qptrs, strides, scaling, window, SIZES, FEATURES, part != 1
-                    )
+                dk, dv = _dkdv_blocks(
+                    (dk, dv), kblock, kr, (t[part], t[part + 1], end, qoff), qptrs, strides, scaling, window,
+                    SIZES, FEATURES, part != 1,
+                )  # fmt: skip
 
     dk = dk * scale
     out_rows = (b64 * Tk + offs_n) * H + h
@@ -392,7 +393,9 @@ def _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATU
     HAS_WINDOW: tl.constexpr = FEATURES[2]
     HAS_CAP: tl.constexpr = FEATURES[3]
     HAS_BIAS: tl.constexpr = FEATURES[4]
-    HAS_SEG: tl.constexpr = FEATURES[5]
+    # With ranges (FEATURES[9]) the unmasked middle run holds only tiles
+    # whose pairs share one segment (flash_common.range_runs): no ids there.
+    HAS_SEG: tl.constexpr = FEATURES[5] and (MASK or not FEATURES[9])
     POS_MODE: tl.constexpr = FEATURES[6]
     ROW64: tl.constexpr = FEATURES[7]
     DOT_PREC: tl.constexpr = FEATURES[8]
@@ -585,10 +588,19 @@ def flash_bwd_dq_kernel(
     # The kernel's constexprs as the loop helper takes them (named with the
     # annotation: a plain assignment would make run-time values of them).
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
-    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    FEATURES: tl.constexpr = (
+        TEST,
+        CAUSAL,
+        HAS_WINDOW,
+        HAS_CAP,
+        HAS_BIAS,
+        HAS_SEG,
+        POS_MODE,
+        ROW64,
+        DOT_PREC,
+        HAS_RANGE,
+    )
 
-    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
-    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, do, lse2, delta, qpos, qseg, qvalid, offs_m)
     ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
@@ -602,18 +614,12 @@ def flash_bwd_dq_kernel(
         t = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of blocks: edge blocks with the mask, fully allowed ones
         # without it, edge blocks again (explicit positions: one masked
-        # run); with ranges, as in the forward.
+        # run).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            run = (t[part], t[part + 1], end, koff)
-            if HAS_RANGE and POS_MODE == 0:
-                if part == 1:
-                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, INNER, False)
-                else:
-                    dq = _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, RANGED, True)
-            else:
-                dq = _dq_blocks(
-                    dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, part != 1
-                )
+            dq = _dq_blocks(
+                dq, qblock, qr, (t[part], t[part + 1], end, koff), ptrs, strides, scaling, window, SIZES,
+                FEATURES, part != 1,
+            )  # fmt: skip
 
     dq = dq * scale
     out_rows = (b64 * Tq + offs_m) * HQ + hq

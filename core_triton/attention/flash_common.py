@@ -92,12 +92,11 @@ def other_range(RANGE, offs, valid, T):
     """The index ranges of the other side's tokens that a block's rows
     (indices ``offs`` of a side of length ``T``) can see, from ``RANGE
     [2T]`` (this batch row; core_triton.attention.segment_ranges gives the
-    format): ``(lo, hi, in_lo, in_hi, exact)``.  ``[lo, hi)`` holds every
+    format): ``(lo, hi, in_lo, in_hi)``.  ``[lo, hi)`` holds every
     token any row can see (empty for a block with no valid or no covered
     row); ``[in_lo, in_hi)`` holds only tokens that every valid row sees
     whatever the positions say (non-empty only when every row's range is
-    exact, and all rows share one segment); ``exact``: every row's range is
-    exact."""
+    exact, and all rows share one segment)."""
     lo = tl.load(RANGE + offs, mask=valid, other=0)
     hi = tl.load(RANGE + T + offs, mask=valid, other=0)
     row_exact = lo >= 0
@@ -108,7 +107,7 @@ def other_range(RANGE, offs, valid, T):
     in_hi = tl.where(exact, in_hi, in_lo)
     lo = tl.min(tl.where(valid & (hi > lo), lo, POS_INF), 0)
     hi = tl.max(tl.where(valid, hi, 0), 0)
-    return lo, hi, in_lo, in_hi, exact
+    return lo, hi, in_lo, in_hi
 
 
 @triton.jit
@@ -147,7 +146,7 @@ def range_runs(t, RANGE, offs, valid, T, BLK: tl.constexpr, HAS_RANGE: tl.conste
     tiles every row sees (:func:`inner_runs`: no segment comparison
     there); else ``t``."""
     if HAS_RANGE:
-        lo, hi, in_lo, in_hi, _ = other_range(RANGE, offs, valid, T)
+        lo, hi, in_lo, in_hi = other_range(RANGE, offs, valid, T)
         t = inner_runs(clamp_runs(t, lo, hi, BLK), in_lo, in_hi, BLK)
     return t
 

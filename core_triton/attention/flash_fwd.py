@@ -51,7 +51,8 @@ def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, F
     = (kt, kd, vt, vd, bias m, bias n)``; ``scaling = (scale, qk_scale,
     cap)``; ``window = (left, right)``.  Compile-time: ``SIZES = (D, DV, BD,
     BDV, BN)``, ``FEATURES = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS,
-    HAS_SEG, POS_MODE, ROW64, DOT_PREC)``.  ``MASK``: apply the
+    HAS_SEG, POS_MODE, ROW64, DOT_PREC,
+    HAS_RANGE)``.  ``MASK``: apply the
     position/edge mask; ``TEST``: skip a block when its position or segment
     ranges exclude every pair."""
     # Constexprs are named one by one, with the annotation: ``a, b = T``
@@ -66,7 +67,9 @@ def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, F
     HAS_WINDOW: tl.constexpr = FEATURES[2]
     HAS_CAP: tl.constexpr = FEATURES[3]
     HAS_BIAS: tl.constexpr = FEATURES[4]
-    HAS_SEG: tl.constexpr = FEATURES[5]
+    # With ranges (FEATURES[9]) the unmasked middle run holds only tiles
+    # whose pairs share one segment (flash_common.range_runs): no ids there.
+    HAS_SEG: tl.constexpr = FEATURES[5] and (MASK or not FEATURES[9])
     POS_MODE: tl.constexpr = FEATURES[6]
     ROW64: tl.constexpr = FEATURES[7]
     DOT_PREC: tl.constexpr = FEATURES[8]
@@ -254,14 +257,19 @@ def flash_fwd_kernel(
     # The kernel's constexprs as the loop helper takes them (named with the
     # annotation: a plain assignment would make run-time values of them).
     SIZES: tl.constexpr = (D, DV, BD, BDV, BN)
-    FEATURES: tl.constexpr = (TEST, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
+    FEATURES: tl.constexpr = (
+        TEST,
+        CAUSAL,
+        HAS_WINDOW,
+        HAS_CAP,
+        HAS_BIAS,
+        HAS_SEG,
+        POS_MODE,
+        ROW64,
+        DOT_PREC,
+        HAS_RANGE,
+    )
 
-    # With ranges: the masked runs without the per-block test (the ranges
-    # bound the blocks to visit; a loop with a branch is not pipelined, and
-    # a kernel that has one serialises its products everywhere) and the
-    # middle run without segment ids (every pair there shares one segment).
-    RANGED: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, HAS_SEG, POS_MODE, ROW64, DOT_PREC)
-    INNER: tl.constexpr = (False, CAUSAL, HAS_WINDOW, HAS_CAP, HAS_BIAS, False, POS_MODE, ROW64, DOT_PREC)
     QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, qpos, qseg, qvalid, offs_m)
     ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
@@ -276,50 +284,19 @@ def flash_fwd_kernel(
         # blocks without it, edge blocks again (explicit positions: one run,
         # all masked).
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
-            run = (t[part], t[part + 1], end, koff)
-            if HAS_RANGE and POS_MODE == 0:
-                if part == 1:
-                    acc, m_i, l_i = _fwd_blocks(
-                        (acc, m_i, l_i),
-                        qblock,
-                        qr,
-                        run,
-                        ptrs,
-                        strides,
-                        scaling,
-                        (left, right),
-                        SIZES,
-                        INNER,
-                        False,
-                    )
-                else:
-                    acc, m_i, l_i = _fwd_blocks(
-                        (acc, m_i, l_i),
-                        qblock,
-                        qr,
-                        run,
-                        ptrs,
-                        strides,
-                        scaling,
-                        (left, right),
-                        SIZES,
-                        RANGED,
-                        True,
-                    )
-            else:
-                acc, m_i, l_i = _fwd_blocks(
-                    (acc, m_i, l_i),
-                    qblock,
-                    qr,
-                    run,
-                    ptrs,
-                    strides,
-                    scaling,
-                    (left, right),
-                    SIZES,
-                    FEATURES,
-                    part != 1,
-                )
+            acc, m_i, l_i = _fwd_blocks(
+                (acc, m_i, l_i),
+                qblock,
+                qr,
+                (t[part], t[part + 1], end, koff),
+                ptrs,
+                strides,
+                scaling,
+                (left, right),
+                SIZES,
+                FEATURES,
+                part != 1,
+            )
 
     if HAS_SINK:
         # Sinks join the normaliser once, here, as logits with no value.
