@@ -7,12 +7,14 @@ token):
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
 2. ``aqk``, ``gkk``, ``tinv``: per-chunk matrices (chunk_intra.py), and
    ``w``, ``uv``, ``kd`` (chunk_fwd_wu.py);
-3. ``h``, ``u``, ``final``: the state entering each chunk and the chunks'
-   delta updates (chunk_fwd_state.py);
-4. ``o`` (chunk_fwd_output.py).
+3. ``o``, ``final``: one walk over the chunks carrying the state, which
+   forms each chunk's delta updates and outputs on the way
+   (chunk_fwd_walk.py); beyond K = 128, ``h``, ``u``, ``final`` (the state
+   entering each chunk and the updates: chunk_fwd_state.py) and then ``o``
+   (chunk_fwd_output.py).
 
-Backward (from ``do`` and ``dht``): steps 1-3 again (only ``gc`` is kept
-from the forward), then
+Backward (from ``do`` and ``dht``): steps 1-2 again (only ``gc`` is kept
+from the forward), ``h`` and ``u`` (chunk_fwd_state.py), then
 
 5. ``dh``, ``du``, ``d_initial_state`` (chunk_bwd_state.py);
 6. ``d_value``, beta's partial gradients and the ``[BT, BT]`` / extra terms
@@ -40,6 +42,7 @@ from core_triton.delta_rule.chunk_bwd_dv import delta_chunk_bwd_dv_kernel
 from core_triton.delta_rule.chunk_bwd_state import delta_chunk_state_bwd_kernel
 from core_triton.delta_rule.chunk_fwd_output import delta_chunk_output_kernel
 from core_triton.delta_rule.chunk_fwd_state import delta_chunk_state_kernel
+from core_triton.delta_rule.chunk_fwd_walk import delta_chunk_fwd_walk_kernel
 from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_wu_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 
@@ -51,6 +54,11 @@ BLOCK = 16
 # Scalar (or no) gates: the forward's intra kernel stores P for the output
 # kernel (True), or the output kernel forms it from q k^T (False).
 P_IN_INTRA = True
+
+# The forward walks the chunks once for states and outputs
+# (chunk_fwd_walk.py) up to K = 128 (True), or stores the states for the
+# output kernel (False; what larger K takes).
+FUSED_WALK = True
 
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
@@ -82,6 +90,17 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         # The output kernel unpipelined: 0.31 ms less than 2 stages at B4 T4k
         # HV32 K=V=128 bf16 on the H100 (2.31 against 2.62 ms for the forward).
         "output": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1, P_FROM_AQK=P_IN_INTRA),
+        # The forward walk, like the state pass (H100, GDN B4 T4k HV32
+        # K=V=128 bf16: 0.58 ms, where the state pass and the output kernel
+        # took 0.46 + 0.53; 8 warps, value tiles of 128 or forming P here
+        # were slower: forward 1.59, 1.85 and 1.48 ms against 1.41).
+        "walk": dict(
+            BK=kp,
+            BV=min(vp, 64 if kp <= 128 else 32),
+            num_warps=4,
+            num_stages=2 if kp <= 128 else 1,
+            P_FROM_AQK=P_IN_INTRA,
+        ),
         "state_bwd": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 64 else 1),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
@@ -187,19 +206,29 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd),
         )
 
-    wu = tiled(
-        "wu",
-        delta_chunk_wu_kernel,
-        lambda t: (NS, B * HV),
-        params=(In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
-        outputs=(
-            OutputSpec((B, T, HV, K), inter),
-            OutputSpec((B, T, HV, V), inter),
-            OutputSpec((B, T, HV, K), inter),
-        ),
-        output_names=("w", "uv", "kd"),
-        constexprs=flags,
-    )
+    def wu_plan(store_kd):
+        return tiled(
+            "wu",
+            delta_chunk_wu_kernel,
+            lambda t: (NS, B * HV),
+            params=(In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
+            outputs=(
+                OutputSpec((B, T, HV, K), inter),
+                OutputSpec((B, T, HV, V), inter),
+                OutputSpec((B, T, HV, K), inter) if store_kd else OutputSpec((1,), inter),
+            ),
+            output_names=("w", "uv", "kd"),
+            constexprs=dict(flags, STORE_KD=store_kd),
+        )
+
+    wu = wu_plan(True)
+    # Beyond K = 128 the walk's state and query tiles spill (up to 1.7 KB a
+    # thread at K = 256), and Triton 3.6 miscompiled its scalar-gate variant
+    # there (compute-sanitizer on the H100: an out-of-range shared address
+    # in a product): the state pass and the output kernel take it.
+    fused = FUSED_WALK and K <= 128
+    # The walk of scalar (or no) gates reads k, not Kd (chunk_fwd_walk.py).
+    store_kd = not fused or a.gate == VECTOR_GATE
     state = tiled(
         "state",
         delta_chunk_state_kernel,
@@ -222,7 +251,32 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         output_names=("o",),
         constexprs=flags,
     )
-    forward = (*pre, *normalize, intra_plan(False), wu, state, output)
+    walk = tiled(
+        "walk",
+        delta_chunk_fwd_walk_kernel,
+        lambda t: (cdiv(V, t["BV"]), N * HV),
+        params=(
+            In(q),
+            In(k),
+            In("kd"),
+            In("w"),
+            In("uv"),
+            gc,
+            In("aqk"),
+            optional("initial_state", use_h0),
+            cu,
+            co,
+            a.scale,
+            T,
+            NT,
+            NS,
+        ),  # fmt: skip
+        outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill), OutputSpec((N, HV, K, V), "float32")),
+        output_names=("o", "final"),
+        constexprs=dict(flags, USE_H0=use_h0),
+    )
+    tail = (walk,) if fused else (state, output)
+    forward = (*pre, *normalize, intra_plan(False), wu_plan(store_kd), *tail)
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
     NK = cdiv(K, bwd_t["BK"])

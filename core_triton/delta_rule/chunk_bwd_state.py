@@ -1,6 +1,6 @@
 """Backward inter-chunk state pass of the chunk-parallel gated delta rule.
 
-From the forward (chunk_fwd_state.py, chunk_fwd_output.py), per chunk with
+From the forward (chunk_fwd_state.py, chunk_fwd_walk.py), per chunk with
 ``S`` entering it: ``U = Uv - W S``, ``o = scale ((q * exp(b)) S + P U)``,
 ``S' = exp(b_last) S + Kd^T U`` with ``Kd = k * exp(b_last - b)``.  With
 ``dS'`` the gradient of the state leaving the chunk, carried last chunk

@@ -11,7 +11,10 @@ Inputs: ``kd``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
 ``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``.  Outputs:
 ``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` (in the dtype of ``w``: the
 inputs' for half inputs, chunk.py) and ``final [N, HV, K, V]`` (float32).
-The backward runs it again rather than keep ``h`` and ``u``.
+The backward runs it (rather than keep ``h`` and ``u`` from the
+forward); the forward runs it only beyond K = 128, where
+chunk_fwd_output.py then forms the outputs (chunk_fwd_walk.py does both
+in one pass up to K = 128).
 """
 
 import triton.language as tl

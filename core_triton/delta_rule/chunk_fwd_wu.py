@@ -47,6 +47,7 @@ def delta_chunk_wu_kernel(
     GATE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    STORE_KD: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_s = tl.program_id(0)
@@ -89,7 +90,8 @@ def delta_chunk_wu_kernel(
             b_kd = b_k * decay_last[:, None]
         p_w = (o_t[:, None] * HV + i_h) * K + o_k[None, :]
         tl.store(w + p_w, dot(b_tinv, b_kb, PREC), mask=m_t[:, None] & m_k[None, :])
-        tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
+        if STORE_KD:
+            tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
     for i_v in range(0, tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V

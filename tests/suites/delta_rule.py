@@ -105,7 +105,8 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 @contextlib.contextmanager
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
-    settings (``CHUNK``, ``P_IN_INTRA``) changed inside the block."""
+    settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``) changed inside the
+    block."""
     from core_triton.delta_rule import chunk, gated_delta_rule
 
     before = {name: getattr(chunk, name) for name in settings}
@@ -166,9 +167,20 @@ class DeltaRuleSuite(KernelLevelCases):
     def test_p_formed_in_output_kernel(self, gate):
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=9)
-        # The output kernel forming P itself (the measured alternative).
+        # The forward walk forming P itself (the measured alternative).
         with chunk_settings(self.fw, P_IN_INTRA=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
+
+    @pytest.mark.parametrize("gate", ["g", "gk"])
+    def test_state_pass_and_output_kernel(self, gate):
+        # The forward's other route (what K > 128 takes: GpuSuite's K = 256
+        # cases) at the interpreter's head dims: the state pass stores the
+        # chunk states and Kd is stored, a separate kernel forms the
+        # outputs.  The backward does not depend on the route.
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=10)
+        with chunk_settings(self.fw, FUSED_WALK=False):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
 
     @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk")], ids=str)
     def test_head_dims(self, K, V, gate):

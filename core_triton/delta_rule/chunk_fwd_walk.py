@@ -1,0 +1,140 @@
+"""Forward of the chunk-parallel gated delta rule after the per-chunk
+matrices: the inter-chunk state walk and the outputs in one pass.
+
+One program per (V tile, sequence x value head) walks its sequence's
+chunks in order, with the float32 state ``S [K, BV]`` (all of K) in
+registers.  For each chunk, from the state ``S`` entering it:
+
+    U = Uv - W S                                    (the chunk's delta updates)
+    o = scale * ((q * exp(b)) S + P U)              (its outputs)
+    S = exp(b_last) S + Kd^T U                      (b_last: the chunk's last token)
+
+so the forward never writes the per-chunk states ``h`` or the updates
+``U``: at B4 T4k HV32 K=V=128 those were 0.54 GB of float32 states and
+0.27 GB of updates, written by the walk and read back by a separate output
+kernel (the backward, which needs them, runs chunk_fwd_state.py).  The
+products keep the precisions of that pair of kernels: ``W S`` in W's dtype
+(the inputs' for half inputs), ``q S`` and ``P U`` with the float32 state
+and updates (tf32 on the tensor cores for half inputs; rounding either to
+the inputs' dtype took the half-precision test's output error from 0.9e-2
+to 1.5e-2 of its scale).
+
+``P`` (the decayed scores, chunk_intra.py) is read from ``aqk`` (always for
+per-channel gates), or formed here from ``q k^T`` for scalar (or no) gates
+without ``P_FROM_AQK``.  Value head ``h`` reads query/key head ``h // (HV
+// HK)``.  Inputs: ``q, k [B*T, HK, K]``, ``kd, w [B*T, HV, K]``, ``uv
+[B*T, HV, V]``, ``gc``, ``aqk [B*T, HV, BT]``, ``h0 [N, HV, K, V]``.
+Outputs: ``o [B*T, HV, V]`` (the inputs' dtype), ``final [N, HV, K, V]``
+(float32).
+"""
+
+import triton.language as tl
+
+from core_triton.common.kernel_helpers import dot
+from core_triton.common.runtime import jit
+from core_triton.common.sequences import sequence_chunks
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
+
+
+@jit(sizes=("T", "NT", "NS"))
+def delta_chunk_fwd_walk_kernel(
+    q,
+    k,
+    kd,
+    w,
+    uv,
+    gc,
+    aqk,
+    h0,
+    cu_seqlens,
+    chunk_offsets,
+    scale,
+    T,
+    NT,
+    NS,
+    o,
+    final,
+    HK: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    GATE: tl.constexpr,
+    USE_H0: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+    IEEE: tl.constexpr,
+    P_FROM_AQK: tl.constexpr,
+):
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
+    # Scalar (or no) gates: k^T (exp(b_last - b) U) in place of Kd^T U.
+    FROM_K: tl.constexpr = GATE != 2
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n = i_nh // HV
+    i_h = i_nh % HV
+    i_hk = i_h // (HV // HK)
+    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    n_chunks = n_chunks.to(tl.int32)
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    state_row = i_nh.to(tl.int64) * K * V
+    o_tt = tl.arange(0, BT)
+    causal = o_tt[None, :] <= o_tt[:, None]
+
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        S += tl.load(h0 + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
+    for c in range(0, n_chunks):
+        ts = bos + c * BT
+        te = tl.minimum(ts + BT, eos)
+        o_t = ts + o_tt
+        m_t = o_t < te
+        m_tv = m_t[:, None] & m_v[None, :]
+        b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
+        # U in float32 from W S in W's dtype (module docstring).
+        b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
+
+        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
+        if GATE == 2:
+            acc = dot(b_q.to(tl.float32) * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)), S, PREC)
+        else:
+            acc = dot(b_q.to(tl.float32), S, PREC)
+        keep = m_t[:, None] & causal
+        last = te - 1
+        if GATE == 1:
+            b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
+            acc = acc * tl.exp(b_g)[:, None]
+        if not FROM_AQK or FROM_K:
+            b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
+        if FROM_AQK:
+            b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+        else:
+            b_p = dot(b_q, b_kt, PREC)
+            if GATE == 1:
+                b_p = b_p * tl.exp(tl.where(keep, b_g[:, None] - b_g[None, :], float("-inf")))
+            else:
+                b_p = tl.where(keep, b_p, 0.0)
+        out = (acc + dot(b_p, b_u, PREC)) * scale
+        tl.store(o + (o_t[:, None] * HV + i_h) * V + o_v[None, :], out.to(o.dtype.element_ty), mask=m_tv)
+
+        if GATE == 1:
+            g_last = tl.load(gc + last * HV + i_h)
+            S = S * tl.exp(g_last)
+        if GATE == 2:
+            S = S * tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))[:, None]
+        if FROM_K:
+            if GATE == 1:
+                b_u = b_u * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[:, None]
+            S += dot(b_kt, b_u.to(b_kt.dtype), PREC)
+        else:
+            b_kdt = rows_tile_t(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
+            S += dot(b_kdt, b_u.to(b_kdt.dtype), PREC)
+    tl.store(final + state_row + off_kv, S, mask=m_kv)
