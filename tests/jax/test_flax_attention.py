@@ -1,7 +1,8 @@
 """flash_attention where JAX model code calls an attention function
 (jax_api.integrations.flax), tested against that code's own attention:
 ``jax.nn.dot_product_attention`` (XLA) with the same arguments, and flax's
-``nnx.MultiHeadAttention`` with our ``attention_fn`` against its default,
+``nnx.MultiHeadAttention`` and ``linen.MultiHeadDotProductAttention`` with
+our ``attention_fn`` against their default,
 forward and every gradient, float32 (JAX's default: no float64 here)."""
 
 from __future__ import annotations
@@ -100,6 +101,26 @@ def test_unbatched_and_refusals():
         integration.attention_fn(q, k, v, dropout_rate=0.1, deterministic=False)
 
 
+def _layer_case(masking):
+    """(x, mask, w) of the layer tests: inputs ``[B, T, 16]``, flax's own
+    causal or padding mask, and a loss weight (zero on padded queries,
+    whose output is used nowhere)."""
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((B, T, 16)), jnp.float32)
+    w = jnp.asarray(np.random.default_rng(5).standard_normal((B, T, 16)), jnp.float32)
+    if masking == "causal":
+        return x, flax_nnx.make_causal_mask(jnp.ones((B, T))), w
+    real = jnp.arange(T)[None, :] < jnp.asarray([[T], [6]])
+    return x, flax_nnx.make_attention_mask(real, real), w * real[:, :, None]
+
+
+def _assert_layers_agree(outs):
+    assert_close(np.asarray(outs["ours"][0]), np.asarray(outs["ref"][0]), "float32", "loss")
+    assert len(outs["ref"][1]) == len(outs["ours"][1]) > 0
+    # Float32 reference: a zero gradient (the key bias's) is 1e-7 noise there.
+    names = range(len(outs["ref"][1]))
+    assert_grads_close(outs["ours"][1], outs["ref"][1], "float32", names, zero_below=1e-4)
+
+
 @pytest.mark.parametrize("masking", ["causal", "padding"])
 def test_nnx_multi_head_attention(masking):
     # flax's own layer: projections, its mask construction, our attention
@@ -110,29 +131,40 @@ def test_nnx_multi_head_attention(masking):
             num_heads=N, in_features=16, qkv_features=32, decode=False, attention_fn=fn, rngs=flax_nnx.Rngs(0)
         )
 
-    ref, ours = layer(flax_nnx.dot_product_attention), layer(integration.attention_fn)
-    x = jnp.asarray(np.random.default_rng(4).standard_normal((B, T, 16)), jnp.float32)
-    if masking == "causal":
-        mask = flax_nnx.make_causal_mask(jnp.ones((B, T)))
-    else:
-        real = jnp.arange(T)[None, :] < jnp.asarray([[T], [6]])
-        mask = flax_nnx.make_attention_mask(real, real)
-    w = jnp.asarray(np.random.default_rng(5).standard_normal((B, T, 16)), jnp.float32)
-    if masking == "padding":
-        w = w * real[:, :, None]  # a padded query's output is used nowhere
+    x, mask, w = _layer_case(masking)
 
     def loss(model):
         return jnp.sum(model(x, mask=mask) * w)
 
     outs = {}
-    for name, model in (("ref", ref), ("ours", ours)):
-        value, grads = flax_nnx.value_and_grad(loss)(model)
+    for name, fn in (("ref", flax_nnx.dot_product_attention), ("ours", integration.attention_fn)):
+        value, grads = flax_nnx.value_and_grad(loss)(layer(fn))
         outs[name] = value, jax.tree_util.tree_leaves(flax_nnx.state(grads))
-    assert_close(np.asarray(outs["ours"][0]), np.asarray(outs["ref"][0]), "float32", "loss")
-    assert len(outs["ref"][1]) == len(outs["ours"][1]) > 0
-    # Float32 reference: a zero gradient (the key bias's) is 1e-7 noise there.
-    names = range(len(outs["ref"][1]))
-    assert_grads_close(outs["ours"][1], outs["ref"][1], "float32", names, zero_below=1e-4)
+    _assert_layers_agree(outs)
+
+
+@pytest.mark.parametrize("masking", ["causal", "padding"])
+def test_linen_multi_head_dot_product_attention(masking):
+    # The same through flax.linen's layer (which passes attention_fn only
+    # the keyword arguments its signature names), one set of parameters.
+    linen = pytest.importorskip("flax.linen")
+
+    def layer(fn):
+        return linen.MultiHeadDotProductAttention(
+            num_heads=N, qkv_features=32, attention_fn=fn, deterministic=True
+        )
+
+    x, mask, w = _layer_case(masking)
+    params = layer(linen.dot_product_attention).init(jax.random.PRNGKey(0), x, mask=mask)
+    outs = {}
+    for name, fn in (("ref", linen.dot_product_attention), ("ours", integration.attention_fn)):
+
+        def loss(p, fn=fn):
+            return jnp.sum(layer(fn).apply(p, x, mask=mask) * w)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        outs[name] = value, jax.tree_util.tree_leaves(grads)
+    _assert_layers_agree(outs)
 
 
 def test_optional_dependency(monkeypatch):

@@ -191,6 +191,39 @@ def test_generate_with_cache_matches_eager(kind):
     assert torch.equal(ours.generate(ids, **kw), expected)
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma2"])
+def test_generate_steps_run_through_decode_attention(kind, monkeypatch):
+    # No padding: transformers' mask function passes no mask, so the
+    # prefill runs through flash_attention and each one-token step through
+    # decode_attention (Gemma 2: soft cap, and a window on every other
+    # layer, shorter than the generated sequence).  Scores of every step
+    # and the tokens as the reference's (float32 both: no near-tie).
+    ref, ours = _pair(kind, seed=3)
+    ref = ref.float()
+    ids, _ = _batch("none", seed=4)
+    calls = {"flash": 0, "decode": 0}
+
+    def counted(name):
+        real = getattr(integration, f"{name}_attention")
+
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(integration, f"{name}_attention", counted(name))
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False, pad_token_id=0,
+              return_dict_in_generate=True, output_scores=True)  # fmt: skip
+    expected, got = ref.generate(ids, **kw), ours.generate(ids, **kw)
+    layers = ours.config.num_hidden_layers
+    assert calls == {"flash": layers, "decode": 3 * layers}
+    assert torch.equal(got.sequences, expected.sequences)
+    for step, (a, b) in enumerate(zip(got.scores, expected.scores, strict=True)):
+        assert_close(a.double().cpu().numpy(), b.double().cpu().numpy(), "float32", f"scores {step}")
+
+
 @pytest.mark.parametrize("boundaries", [True, False], ids=["cu_seq_lens", "position_ids"])
 def test_packed_sequences_match_separate_sequences(boundaries):
     # transformers' flattened batches (DataCollatorWithFlattening): one row

@@ -23,17 +23,25 @@ by ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (transformers'
 1 without a mask, by position ids that restart (segment ids made on the
 device), and a
 KV cache: new queries sit at the end of the keys (causal alignment by
-positions).  What it cannot take raises ``ValueError`` naming it: dropout
-> 0, ``output_attentions``, a dense (non-2-D) mask.
+positions).  ``generate``'s steps of 1 to 16 new tokens per row against the
+cache, without padding and without gradients, run through
+``decode_attention`` (the cache read in place, one length per row); with
+a padding mask (left-padded prompts) they run through ``flash_attention``
+with segment ids and positions, since the decode kernel knows only each
+row's length.  What it cannot take raises ``ValueError`` naming it:
+dropout > 0, ``output_attentions``, a dense (non-2-D) mask.
 """
 
 from __future__ import annotations
 
 import torch
 
+from torch_api.decode_attention import decode_attention
 from torch_api.flash_attention import flash_attention
 
 NAME = "twinkernels"
+# decode_attention takes 1 to 16 new queries per row.
+DECODE_MAX_QUERIES = 16
 
 
 def _transformers():
@@ -105,6 +113,17 @@ def attention_forward(
         first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
         seg = torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
         return flash_attention(q, k, v, q_segment_ids=seg, kv_segment_ids=seg, **options), None
+    grads = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if attention_mask is None and causal and Tq < Tk and Tq <= DECODE_MAX_QUERIES and not grads:
+        # A generate step without padding: the new queries are the cache's
+        # last Tq tokens in every row (decode_attention's alignment).  The
+        # transposed views read the [B, H, Tk, D] cache in place.
+        kv_lens = torch.full((q.shape[0],), Tk, dtype=torch.int32, device=q.device)
+        out = decode_attention(
+            q, k, v, kv_lens, softmax_scale=scaling, sliding_window=window, logits_soft_cap=softcap,
+            softmax_aux=options["softmax_aux"],
+        )  # fmt: skip
+        return out, None
     if Tq != Tk:
         # New queries after cached keys: they sit at the keys' end.
         options["q_positions"] = torch.arange(Tk - Tq, Tk, device=q.device, dtype=torch.int32)
