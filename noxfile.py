@@ -16,17 +16,30 @@ nox -s gpu          # whole suite on a CUDA machine, in the current environment
 nox -s bench        # benchmarks on a CUDA machine, in the current environment
 """
 
+import shutil
+
 import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["lint", "tests_torch", "tests_jax"]
 
-# The CPU build on local disk: any other torch spec downloads a CUDA build.
+# The tested torch.  Without a CUDA GPU its CPU build (about 0.2 GB; PyPI's
+# wheel is the CUDA one, several GB): the local wheel where pip's own
+# configuration finds it (the CI machine), else PyTorch's CPU index.
 TORCH = "torch==2.13.0"
+TORCH_CPU = "torch==2.13.0+cpu"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def _install(session, extras):
-    session.install(TORCH)
+    if shutil.which("nvidia-smi"):
+        session.install(TORCH)
+    else:
+        try:
+            session.install(TORCH_CPU)
+        except nox.command.CommandFailed:
+            session.log(f"{TORCH_CPU} is not where pip looks; taking it from {CPU_INDEX}")
+            session.install(TORCH_CPU, "--index-url", CPU_INDEX)
     session.install("-e", f".[{extras}]")
 
 
