@@ -310,16 +310,20 @@ def flash_attention(
         "kv_positions": kv_positions,
     }
     index, launches = packed.prepare(
-        info(query), info(key), info(cu_seqlens), info(cu_seqlens_k), {n: info(a) for n, a in given.items()}
+        info(query, "query"),
+        info(key, "key"),
+        info(cu_seqlens, "cu_seqlens"),
+        info(cu_seqlens_k, "cu_seqlens_k"),
+        {n: info(a, n) for n, a in given.items()},
     )
     plans, return_lse = core.plans(
         info(query),
         info(key),
-        info(value),
+        info(value, "value"),
         index["q_segment_ids"],
         index["kv_segment_ids"],
-        info(softmax_aux),
-        info(bias),
+        info(softmax_aux, "softmax_aux"),
+        info(bias, "bias"),
         sliding_window,
         causal,
         logits_soft_cap,

@@ -20,7 +20,8 @@ Eager calls take a shorter road to the same implementation: a
 ``torch.autograd.Function`` (the dispatcher and ``register_autograd``
 wrapping cost about 40 us per forward+backward on the host, which at small
 sizes is most of the call).  Under ``torch.compile`` and ``torch.export``
-(``torch.compiler.is_compiling()``) the custom op is used.  Both roads run
+(``torch.compiler.is_compiling()``), and for meta tensors, the custom op
+is used.  Both roads run
 :attr:`TorchOp.forward` and :attr:`TorchOp.backward`; the tests compare them.
 
 Inside an op nothing waits for the device: no ``.item()``, ``.tolist()``
@@ -163,13 +164,27 @@ class TorchOp:
     def __call__(self, *args) -> tuple[torch.Tensor, ...]:
         """The op's outputs for ``args`` (every parameter, in order)."""
         tensors = [args[i] for i in self.tensor_index]
-        for i, t in zip(self.tensor_index, tensors, strict=True):
-            if t is not None and not isinstance(t, torch.Tensor):
-                raise TypeError(f"{self.names[i]} must be a torch.Tensor, got {type(t).__name__}")
-        if torch.compiler.is_compiling():
+        check_tensors({self.names[i]: t for i, t in zip(self.tensor_index, tensors, strict=True)})
+        if use_dispatcher(tensors):
             return tuple(self.op(*args)[: self.n_outputs])
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
+
+
+def check_tensors(named: dict) -> None:
+    """``TypeError`` naming the first argument that is neither None nor a
+    ``torch.Tensor`` (a JAX or numpy array handed to this binding)."""
+    for name, t in named.items():
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def use_dispatcher(tensors) -> bool:
+    """Whether a call goes through the custom op rather than the eager road:
+    under ``torch.compile`` / ``torch.export``, and for meta tensors (no
+    data: the fake implementation gives outputs of the right shapes and
+    dtypes on the meta device, as torch's own ops do)."""
+    return torch.compiler.is_compiling() or any(t is not None and t.is_meta for t in tensors)
 
 
 class _Eager(torch.autograd.Function):

@@ -14,7 +14,7 @@ from core_triton.attention import decode as core
 from core_triton.attention import flash
 from core_triton.common.launch import run_steps
 from torch_api._launch import info, launch
-from torch_api._library import NAMESPACE, fake_info
+from torch_api._library import NAMESPACE, check_tensors, fake_info, use_dispatcher
 
 
 def _plans(info_of, args):
@@ -96,6 +96,9 @@ def decode_attention(
         logits_soft_cap,
         softmax_aux,
     )
-    if torch.compiler.is_compiling():
+    named = dict(query=query, key_cache=key_cache, value_cache=value_cache, kv_lens=kv_lens,
+                 block_table=block_table, softmax_aux=softmax_aux)  # fmt: skip
+    check_tensors(named)
+    if use_dispatcher(named.values()):
         return _op(*args)
     return _run(*args)

@@ -9,7 +9,7 @@ import torch
 from core_triton.common.launch import run_named
 from core_triton.delta_rule import step as core
 from torch_api._launch import info, launch
-from torch_api._library import NAMESPACE, fake_info
+from torch_api._library import NAMESPACE, check_tensors, fake_info, use_dispatcher
 
 
 def _plans(info_of, query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm):
@@ -72,6 +72,8 @@ def gated_delta_rule_step(
     mode="recurrent")``.
 
     Reference: docs/api.md#gated_delta_rule_step"""
+    named = dict(query=query, key=key, value=value, beta=beta, state=state, g=g, gk=gk)
+    check_tensors(named)
     if torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (query, key, value, beta, state, g, gk)
     ):
@@ -80,5 +82,5 @@ def gated_delta_rule_step(
             "torch.no_grad() (or use gated_delta_rule to train)"
         )
     args = (query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm)
-    out = _op(*args) if torch.compiler.is_compiling() else _run(*args)
+    out = _op(*args) if use_dispatcher(named.values()) else _run(*args)
     return out, state
