@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from core_triton.attention import segment_ranges
-from core_triton.common.checks import check_cu_seqlens
+from core_triton.common.checks import check_cu_seqlens, check_same_device
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import find_sequence
@@ -164,6 +164,9 @@ def prepare(
         return _segment_ranges(index)
     n_seq = check_cu_seqlens(cu_seqlens, query.shape[0])
     check_cu_seqlens(cu_seqlens_k, key.shape[0], "cu_seqlens_k")
+    # Before the boundaries' launches (which would otherwise meet a host
+    # array beside device data inside Triton).
+    check_same_device({"query": query, "key": key, "cu_seqlens": cu_seqlens, "cu_seqlens_k": cu_seqlens_k})
     if cu_seqlens_k is not None and cu_seqlens_k.shape != cu_seqlens.shape:
         raise ValueError(
             f"cu_seqlens_k must have the shape of cu_seqlens {list(cu_seqlens.shape)}, "

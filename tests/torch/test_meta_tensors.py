@@ -57,3 +57,8 @@ def test_meta_backward_and_mixed_devices():
     real = torch.randn(B, T, H, D, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="query on cpu, key on meta"):
         torch_api.flash_attention(real, _meta(B, T, H, D), _meta(B, T, H, D))
+    # Packed boundaries elsewhere than the data (once: a launch on them
+    # failed inside Triton), checked before any launch.
+    cu = torch.empty(3, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="cu_seqlens on meta"):
+        torch_api.flash_attention(real, real, real, cu_seqlens=cu)
