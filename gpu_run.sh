@@ -11,8 +11,8 @@
 #   PART=all    both (the default; more than one 10-minute device call);
 #   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
 #   PART=compare   before/after timings against the tree in .before;
-#   PART=tma       bench/flash_tma.py (issue 15's tensor-descriptor kernels);
-#   PART=host      bench/host_overhead.py and jaxlib's Triton kernel API;
+#   PART=tma       bench/probes/flash_tma.py (issue 15's tensor-descriptor kernels);
+#   PART=host      bench/probes/host_overhead.py and jaxlib's Triton kernel API;
 #   PART=issue15   both of the last two;
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py).
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
@@ -90,13 +90,13 @@ fi
 if [ "$part" = tma ] || [ "$part" = issue15 ]; then
   # The tensor-descriptor flash kernels (issue 15): their configs beside
   # today's kernels, SDPA cuDNN and FA2 (TMA_ARGS: "fwd", "fwd+bwd", lengths).
-  TWINKERNELS_BENCH_DIR="$out" timeout "${TMA_TIMEOUT:-400}" python3 -m bench.flash_tma ${TMA_ARGS:-} 2>&1 | tee "$out/flash_tma.log"
+  TWINKERNELS_BENCH_DIR="$out" timeout "${TMA_TIMEOUT:-400}" python3 -m bench.probes.flash_tma ${TMA_ARGS:-} 2>&1 | tee "$out/flash_tma.log"
 fi
 if [ "$part" = host ] || [ "$part" = issue15 ]; then
   # Where an eager call's host time goes (issue 13), and whether this jaxlib
   # can give Triton kernels global scratch (what the JAX binding needs for the
   # tensor-descriptor kernels): the constructor jax-triton calls.
-  timeout "${HOST_TIMEOUT:-200}" python3 -m bench.host_overhead 2>&1 | tee "$out/host_overhead.log"
+  timeout "${HOST_TIMEOUT:-200}" python3 -m bench.probes.host_overhead 2>&1 | tee "$out/host_overhead.log"
   python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
 fi
 if [ "$part" = probe ]; then
@@ -114,8 +114,8 @@ if [ "$part" = probe ]; then
 fi
 if [ "$part" = compare ]; then
   # Kernel-bound cases on the tree in .before (an extracted git archive of
-  # the old commit) and on this one, alternating (bench/compare_trees.py).
-  timeout "${COMPARE_TIMEOUT:-400}" python3 -m bench.compare_trees .before 2>&1 | tee "$out/compare.log"
+  # the old commit) and on this one, alternating (bench/probes/compare_trees.py).
+  timeout "${COMPARE_TIMEOUT:-400}" python3 -m bench.probes.compare_trees .before 2>&1 | tee "$out/compare.log"
 fi
 if [ -z "${NO_SAVE_CACHE:-}" ]; then
   # What this call compiled (entries newer than the unpacking), newest first,

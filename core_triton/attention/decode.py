@@ -41,7 +41,7 @@ _LOG2E = tl.constexpr(1.4426950408889634)
 # Programs to aim for: about two waves of an H100's 132 SMs.
 _TARGET_PROGRAMS = 264
 # (BN, num_warps, num_stages) of the split kernel on a GPU, for contiguous
-# and for paged caches.  The H100 sweep (bench.decode_sweep, GQA 32/8, D128
+# and for paged caches.  The H100 sweep (bench.probes.decode_sweep, GQA 32/8, D128
 # bf16) found the candidates within a few percent of each other on
 # contiguous caches once loads are vectorised, (128, 8, 3) best or tied in
 # four of six cases; on 64-token pages it lost 15% at batch 16 against
@@ -53,7 +53,7 @@ _TARGET_PROGRAMS = 264
 # faster than (128, 8, 3) (one per SM), which stays best when rows x heads
 # fill the GPU (batch 64: 5%).
 # Paged caches likewise: (64, 8, 3) 2-8% faster than (64, 4, 2) when split
-# (batch 1, batch 16 at 4k), 20% slower at batch 64 (bench.decode_sweep paged).
+# (batch 1, batch 16 at 4k), 20% slower at batch 64 (bench.probes.decode_sweep paged).
 CONFIG = (128, 8, 3)
 SPLIT_CONFIG = (64, 4, 3)
 PAGED_CONFIG = (64, 4, 2)

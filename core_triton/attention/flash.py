@@ -117,7 +117,7 @@ MEASURED = True
 
 
 # Head dims of 129-256 likewise, in bf16/fp16: the autotuner's timings on the
-# H100 (B4 H16 T1024 and T4096, causal or not; ``python -m bench.flash_sweep``)
+# H100 (B4 H16 T1024 and T4096, causal or not; ``python -m bench.probes.flash_sweep``)
 # put the same config first in all four cases for each kernel, 1.2-1.4x ahead
 # of the next (forward 2.35 ms at T4096 against 2.91; dK/dV 11.4 against 13.1;
 # dQ 3.75 against 4.89).  A fixed choice also spares a first call the

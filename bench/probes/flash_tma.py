@@ -6,7 +6,7 @@ forward with each forward config of FWD_CONFIGS, forward+backward with each
 backward config of BWD_CONFIGS (and the TMA forward).  Prints TFLOP/s, the
 ratio to cuDNN, and the largest difference of the output (forward) or dQ
 (forward+backward) from today's kernels: a wrong candidate shows there.
-Not in ``nox -s bench``: ``python -m bench.flash_tma [fwd|fwd+bwd] [T ...]``.
+Not in ``nox -s bench``: ``python -m bench.probes.flash_tma [fwd|fwd+bwd] [T ...]``.
 """
 
 from __future__ import annotations

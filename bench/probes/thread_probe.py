@@ -3,7 +3,7 @@ costs more host time on autograd's device thread than on the calling
 thread.  Times, with autograd's device thread on and off, the pieces of our
 flash backward (each step wrapped in a timer, per thread) and small
 ``autograd.Function``s whose backward does only allocations, only Triton
-launches, or only Python.  ``python -m bench.thread_probe``.
+launches, or only Python.  ``python -m bench.probes.thread_probe``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from bench.host_overhead import _rate
+from bench.probes.host_overhead import _rate
 
 _TIMES: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
 

@@ -2,7 +2,7 @@
 split targets and (BN, num_warps, num_stages) candidates on a few cases of
 bench/decode.py, beside SDPA's cuDNN and flash back ends, timed both as
 back-to-back eager calls and replayed from a CUDA graph (device time).
-``python -m bench.decode_sweep``."""
+``python -m bench.probes.decode_sweep``."""
 
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 small flash attention step under ``torch.compile``, ours beside SDPA, by
 compile mode and by how the backward is asked for, with what Inductor
 counted (CUDA-graph skips and re-recordings).  ``python -m
-bench.compiled_overhead``.
+bench.probes.compiled_overhead``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench.host_overhead import _rate
+from bench.probes.host_overhead import _rate
 
 B, T, H, D = 2, 512, 8, 64
 

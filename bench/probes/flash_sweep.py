@@ -2,13 +2,13 @@
 every candidate config of the flash kernels (forward, dK/dV, dQ) for one
 head dim, per dtype, mask and shape, through the PyTorch binding.  What it
 prints is what fixed choices in ``core_triton.attention.flash`` are read
-from.  ``python -m bench.flash_sweep [HEAD_DIM]`` (default 256)."""
+from.  ``python -m bench.probes.flash_sweep [HEAD_DIM]`` (default 256)."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.flash_configs import _timings
+from bench.probes.flash_configs import _timings
 
 # (dtype, B, H, T): the test suite's sizes and a model's.  Float32 never
 # autotunes (core_triton.attention.flash): nothing to sweep there.

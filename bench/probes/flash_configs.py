@@ -2,7 +2,7 @@
 PyTorch's autotuner timed for ``flash_attention`` (forward, dK/dV, dQ) and
 the ones it picked, and both bindings timed on those configs, so that a gap
 between JAX and PyTorch can be told apart from a different autotuning
-choice.  ``python -m bench.flash_configs [T ...]``."""
+choice.  ``python -m bench.probes.flash_configs [T ...]``."""
 
 from __future__ import annotations
 

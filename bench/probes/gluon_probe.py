@@ -4,7 +4,7 @@ sm_90 from Gluon's ``warp_specialize``?  ``tl`` code with
 ``warp_specialize=True`` loops got none from Triton 3.6 on sm_90; Gluon's
 explicit partitions do (10 ``setmaxnreg``, measured with Triton 3.6), which
 is the route to FlashAttention-3's producer/consumer warpgroups.  Compiles
-offline, no GPU needed: ``python -m bench.gluon_probe``."""
+offline, no GPU needed: ``python -m bench.probes.gluon_probe``."""
 
 import triton
 from triton.backends.compiler import GPUTarget

@@ -1,5 +1,5 @@
 """Peak GPU memory of flash attention fwd+bwd with a bias, against no bias
-(``python -m bench.bias_memory``; PyTorch, CUDA).
+(``python -m bench.probes.bias_memory``; PyTorch, CUDA).
 
 B4 H16 T4096 D128 bf16, causal off.  Rows: no bias; a broadcast ``[1, 1, T,
 T]`` bias that needs a gradient, and one that needs none; a full ``[B, H,

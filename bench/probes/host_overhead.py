@@ -4,7 +4,7 @@ host.  Prints, per case, the host time per call when calls are queued back
 to back, the wall time per call, the GPU time of one call alone (replayed
 from a CUDA graph, so no host work), and the Python functions that took the
 most time (cProfile, with autograd's backward on the calling thread so that
-the profile sees it).  ``python -m bench.host_overhead``.
+the profile sees it).  ``python -m bench.probes.host_overhead``.
 """
 
 from __future__ import annotations

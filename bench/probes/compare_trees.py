@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the timed script is a string, kept readable as written)
 """Before/after: the same kernel-bound cases timed on two source trees in
 one session, alternating fresh processes (before, after, before, after) so
-that clock drift hits both alike.  ``python -m bench.compare_trees
+that clock drift hits both alike.  ``python -m bench.probes.compare_trees
 OLD_TREE [NEW_TREE]`` (NEW_TREE defaults to this checkout); an extracted
 ``git archive`` of the old commit is a tree.
 
@@ -156,7 +156,11 @@ def _run(tree: str) -> dict[str, str]:
 
 def main(argv):
     old = argv[0]
-    new = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    new = (
+        argv[1]
+        if len(argv) > 1
+        else os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
     rounds = int(os.environ.get("COMPARE_ROUNDS", "2"))
     runs = {"before": [], "after": []}
     for _ in range(rounds):
