@@ -25,9 +25,9 @@ Backward (from ``do`` and the final state's cotangent ``dht``):
 0. ``h`` (after the segment output pass only, see above);
 1. ``dh, dh0``: gradients of the states leaving every chunk, and of the
    initial state (chunk_bwd_state.py; split like the forward's);
-2. ``dv`` (chunk_backward_dv.py);
+2. ``dv`` (chunk_bwd_dv.py);
 3. ``dq, dk, w`` with ``w`` the per-token gate quantity
-   (chunk_backward_dqk.py, which derives it);
+   (chunk_bwd_dqk.py, which derives it);
 4. ``dg``: suffix sums of ``w`` per sequence (prefix sums when reversed),
    the foundation's global cumsum;
 5. ``dg_gamma``: column sums of ``dg`` (common/reductions.py).

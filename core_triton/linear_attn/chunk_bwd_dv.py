@@ -6,9 +6,9 @@ One program per (V tile, chunk slot, batch row x state head):
          + scale * sum_{query heads of the group} (D^T * (k @ q^T)) @ do
 
 ``dh[slot]`` is the gradient of the state leaving the chunk
-(chunk_state_backward.py); ``D^T`` and ``k @ q^T`` are formed directly in
+(chunk_bwd_state.py); ``D^T`` and ``k @ q^T`` are formed directly in
 transposed orientation (no ``tl.trans`` of a product: see
-chunk_backward_dqk.py).
+chunk_bwd_dqk.py).
 
 Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``gc``, ``g_gamma``,
 ``do [B*T, HQ, V]``, ``dh [slots, H, K, V]``, ``cu_seqlens``,

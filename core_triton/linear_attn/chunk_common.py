@@ -127,7 +127,7 @@ def intra_decay(b, m_t, BT: tl.constexpr, REVERSE: tl.constexpr, TRANSPOSED: tl.
     """``D[i, j] = exp(b[i] - b[j])`` where token ``j`` is visited no later
     than token ``i`` (and both are in the chunk), else 0; ``TRANSPOSED``
     gives ``D^T`` (rows ``j``, columns ``i``), built directly rather than by
-    transposing (see the note on ``tl.trans`` in chunk_backward_dqk.py)."""
+    transposing (see the note on ``tl.trans`` in chunk_bwd_dqk.py)."""
     p = tl.arange(0, BT)
     if TRANSPOSED:
         i = p[None, :]

@@ -5,7 +5,7 @@ One program per (V tile, chunk slot, batch row x query head):
     o = scale * (exp(b)[:, None] * (q @ h[slot]) + (D * (q @ k^T)) @ v)
 
 with ``D`` the in-chunk decay mask (_chunk_la_common.intra_decay) and
-``h[slot]`` the state entering the chunk (chunk_state.py).  Query head
+``h[slot]`` the state entering the chunk (chunk_fwd_state.py).  Query head
 ``hq`` reads key/value/state head ``hq // (HQ // H)``.
 
 Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc``,
