@@ -37,10 +37,11 @@ import torch  # noqa: E402
 
 import jax_api  # noqa: E402
 import torch_api  # noqa: E402
-from tests.reference import cumsum_ref, cumsum_vjp_ref  # noqa: E402
-from tests.reference_attention import attention_ref  # noqa: E402
+from core_triton.attention.naive import attention_ref  # noqa: E402
+from core_triton.cumsum.naive import cumsum_ref, cumsum_vjp_ref  # noqa: E402
+from core_triton.linear_attn.naive import lightning_g_gamma  # noqa: E402
 from tests.reference_delta import delta_rule_ref  # noqa: E402
-from tests.reference_linear import lightning_g_gamma, linear_attention_ref  # noqa: E402
+from tests.reference_linear import linear_attention_ref  # noqa: E402
 
 TOLERANCE = 1e-5  # float32
 

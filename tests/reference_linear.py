@@ -1,55 +1,14 @@
-"""Float64 reference for (gated) linear attention, written as the loop over
-time of docs/api.md#recurrent.  Written in torch float64 so that autograd gives the reference
-gradients of the same plain loop (no hand-derived backward to get wrong)."""
+"""Float64 reference of the linear attention ops with gradients: the loop
+of core_triton/linear_attn/naive.py run on float64 torch tensors, so that
+autograd gives the reference gradients of the same plain loop."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from core_triton.linear_attn import naive
+
 GRAD_NAMES = ("query", "key", "value", "g", "g_gamma", "gk", "gv", "initial_state")
-
-
-def _sequences(batch, seq_len, cu_seqlens):
-    """(batch row, state index, start, end) of every sequence."""
-    if cu_seqlens is None:
-        return [(b, b, 0, seq_len) for b in range(batch)]
-    cu = [int(c) for c in cu_seqlens]
-    return [(0, i, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
-
-
-def _loop(t, q, k, v, g, g_gamma, gk, gv, scale, h0, reverse, cu_seqlens):
-    B, T, HQ, K = q.shape
-    H, V = k.shape[2], v.shape[-1]
-    G = HQ // H
-    scale = K**-0.5 if scale is None else scale
-    seqs = _sequences(B, T, cu_seqlens)
-    N = len(seqs)
-    rows = [[None] * T for _ in range(B)]
-    finals = []
-    for b, n, bos, eos in seqs:
-        S = h0[n].clone() if h0 is not None else t.zeros(H, K, V, dtype=t.float64)
-        order = range(eos - 1, bos - 1, -1) if reverse else range(bos, eos)
-        for i in order:
-            decay = t.ones(H, K, V, dtype=t.float64)
-            if g is not None:
-                decay = decay * t.exp(g[b, i])[:, None, None]
-            if g_gamma is not None:
-                decay = decay * t.exp(g_gamma)[:, None, None]
-            if gk is not None:
-                decay = decay * t.exp(gk[b, i])[:, :, None]
-            if gv is not None:
-                decay = decay * t.exp(gv[b, i])[:, None, :]
-            S = S * decay + k[b, i][:, :, None] * v[b, i][:, None, :]
-            Sq = S.repeat_interleave(G, dim=0)  # [HQ, K, V]
-            rows[b][i] = scale * t.einsum("hk,hkv->hv", q[b, i], Sq)
-        finals.append(S)
-    for b in range(B):
-        for i in range(T):
-            if rows[b][i] is None:  # tokens outside every sequence cannot occur; keep shapes
-                rows[b][i] = t.zeros(HQ, V, dtype=t.float64)
-    out = t.stack([t.stack(r) for r in rows])
-    final = t.stack(finals) if finals else t.zeros(N, H, K, V, dtype=t.float64)
-    return out, final
 
 
 def linear_attention_ref(
@@ -76,7 +35,7 @@ def linear_attention_ref(
         for n, a in inputs.items()
         if a is not None
     }
-    out, final = _loop(
+    out, final = naive.linear_attention_loop(
         torch,
         ts["query"],
         ts["key"],
@@ -103,9 +62,3 @@ def linear_attention_ref(
             n: (np.zeros(ts[n].shape) if gr is None else gr.numpy()) for n, gr in zip(names, gs, strict=True)
         }
     return out.detach().numpy(), final.detach().numpy(), grads
-
-
-def lightning_g_gamma(num_heads: int, layer_idx: int, num_layers: int) -> np.ndarray:
-    """The per-head decay of lightning attention (docs/api.md#lightning_attn), ``[H]`` float64."""
-    h = np.arange(num_heads, dtype=np.float64)
-    return -(8.0 / num_heads) * (1.0 - layer_idx / num_layers) * h

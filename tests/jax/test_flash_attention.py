@@ -4,10 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core_triton.attention.naive import attention_ref
 from core_triton.common.runtime import interpreter_requested
 from tests.frameworks import JaxFramework
 from tests.reference import assert_close
-from tests.reference_attention import attention_ref
 from tests.suites.flash_attention import FlashAttentionSuite, make_case
 
 FW = JaxFramework()

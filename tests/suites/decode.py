@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core_triton.attention.naive import attention_ref
 from core_triton.common.runtime import interpreter_requested
 from tests.reference import assert_close
-from tests.reference_attention import attention_ref
 
 # name: (B, Tq, HQ, H, D, Dv, capacity, page_size or None, kv_lens, options, sink)
 CASES = {

@@ -12,9 +12,9 @@ import importlib
 import numpy as np
 import pytest
 
+from core_triton.attention.naive import attention_ref
 from core_triton.common.runtime import interpreter_requested
 from tests.reference import TOLERANCE, assert_close
-from tests.reference_attention import attention_ref
 from tests.suites.kernel_level import KernelLevelCases
 
 DIFFERENTIABLE = ("query", "key", "value", "softmax_aux", "bias")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core_triton.attention.naive import attention_ref
 from core_triton.common.runtime import interpreter_requested
 from tests.reference import assert_close
-from tests.reference_attention import attention_ref
 from tests.suites.flash_attention import spy_launches, vjp
 
 # name: (query lengths, key lengths or None (shared), Tq, Tk, heads (HQ, H),

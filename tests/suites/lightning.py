@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from core_triton.linear_attn.naive import lightning_g_gamma
 from tests.reference import assert_close
-from tests.reference_linear import lightning_g_gamma
 from tests.suites.recurrent import check_case, make_case
 
 MATRIX = list(itertools.product(["chunk", "recurrent"], [False, True], [False, True]))

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
+from core_triton.cumsum.naive import cumsum_ref, cumsum_vjp_ref
 from tests.frameworks import TorchFramework
-from tests.reference import assert_close, cumsum_ref, cumsum_vjp_ref
+from tests.reference import assert_close
 from tests.suites.cumsum import CumsumSuite
 
 FW = TorchFramework()

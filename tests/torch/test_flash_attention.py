@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
+from core_triton.attention.naive import attention_ref
 from tests.frameworks import TorchFramework
 from tests.reference import assert_close
-from tests.reference_attention import attention_ref
 from tests.suites.flash_attention import FlashAttentionSuite, make_case, vjp
 
 FW = TorchFramework()

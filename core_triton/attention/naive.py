@@ -1,4 +1,5 @@
-"""Float64 reference for softmax attention, written plainly with numpy:
+"""Float64 reference for softmax attention, written plainly with numpy (for
+the tests and the demo):
 the full score matrix, the mask of docs/api.md#flash_attention, the softmax with sinks, and the
 gradients (the adjoint of each step, including through ``lse``)."""
 
