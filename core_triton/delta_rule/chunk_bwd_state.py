@@ -22,8 +22,7 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import sequence_chunks
-from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t, state_tile
 
 
 @jit(sizes=("T", "NT", "NS"))
@@ -57,21 +56,10 @@ def delta_chunk_state_bwd_kernel(
     IEEE: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
-    i_v = tl.program_id(0)
-    i_nh = tl.program_id(1)
-    i_n = i_nh // HV
-    i_h = i_nh % HV
+    i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
+        cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
+    )
     i_hk = i_h // (HV // HK)
-    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
-    n_chunks = n_chunks.to(tl.int32)
-
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < K
-    m_v = o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
-    state_row = i_nh.to(tl.int64) * K * V
     o_tt = tl.arange(0, BT)
 
     dS = tl.load(dht + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)

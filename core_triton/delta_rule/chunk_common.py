@@ -23,6 +23,8 @@ blocks are summed column by column.
 import triton
 import triton.language as tl
 
+from core_triton.common.sequences import sequence_chunks
+
 
 @triton.jit
 def rows_tile(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
@@ -50,3 +52,40 @@ def unit_lower_inverse(L, BC: tl.constexpr):
         new = tl.where(r == i, 1.0, 0.0) - tl.sum(l_row[:, None] * inv, axis=0)
         inv = tl.where(r[:, None] == i, new[None, :], inv)
     return inv
+
+
+@triton.jit
+def state_tile(
+    cu_seqlens,
+    chunk_offsets,
+    T,
+    NT,
+    NS,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BT: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    IS_VARLEN: tl.constexpr,
+):
+    """What a program of a chunk walk (grid ``(V tiles, sequences x value
+    heads)``: chunk_fwd_walk.py, chunk_fwd_state.py, chunk_bwd_state.py)
+    walks: ``(i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv,
+    off_kv, state_row)``, its value head, its sequence's rows and chunk slots
+    (core_triton.common.sequences), and its ``[BK, BV]`` tile of the
+    ``[K, V]`` state (all of K): offsets, masks, offsets inside a state and
+    the first element of its row of ``[N, HV, K, V]`` states."""
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n = i_nh // HV
+    i_h = i_nh % HV
+    bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    state_row = i_nh.to(tl.int64) * K * V
+    return i_h, bos, eos, slot0, n_chunks.to(tl.int32), o_k, o_v, m_k, m_v, m_kv, off_kv, state_row
