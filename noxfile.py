@@ -1,14 +1,15 @@
 """The test matrix and the other jobs.
 
-nox -t tests        # the README's test command: lint + the two test sessions
-nox -s tests_torch  # the PyTorch binding, without JAX (Triton interpreter on
-                    # CPU), and tests/core whole (framework-free, and the
-                    # PyTorch binding's parts; the JAX ones skip here)
+nox -t tests        # the README's test command: lint + tests
+nox -s tests        # both runs below in one environment (Triton interpreter
+                    # on CPU; the interpreter takes torch tensors, so the JAX
+                    # run needs torch CPU anyway)
+nox -s tests_torch  # the PyTorch binding, in an environment without JAX, and
+                    # tests/core (framework-free, and the PyTorch binding's parts)
 nox -s tests_jax    # the JAX binding (interpreter via pure_callback), the tests
                     # of tests/core marked jax (its JAX binding's parts), both
                     # bindings together (tests/cross: DLPack hand-over,
-                    # bit-identical outputs and gradients): its environment has
-                    # torch CPU anyway, Triton's interpreter takes torch tensors
+                    # bit-identical outputs and gradients)
 nox -s tests_cross  # tests/cross alone
 nox -s lint         # ruff
 nox -s demo         # the main job: both frameworks on the same kernels
@@ -21,7 +22,7 @@ import shutil
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["lint", "tests_torch", "tests_jax"]
+nox.options.sessions = ["lint", "tests"]
 
 # The tested torch.  Without a CUDA GPU its CPU build (about 0.2 GB; PyPI's
 # wheel is the CUDA one, several GB): the local wheel where pip's own
@@ -50,24 +51,41 @@ def lint(session):
     session.run("ruff", "format", "--check", ".")
 
 
+# The PyTorch binding's run: tests/core (framework-free, and its PyTorch
+# parts; the parts that exercise the JAX binding are marked jax) and
+# tests/torch.
+_TORCH_RUN = ("pytest", "-n", "2", "--durations=25", "-m", "not jax", "tests/core", "tests/torch")
+# The JAX binding's run, and both bindings together (tests/cross: DLPack
+# hand-over, bit-identical outputs and gradients, the README's examples):
+# of tests/core only what exercises the JAX binding.
+_JAX_RUN = (
+    "pytest", "-n", "2", "--durations=25", "-m", "jax or not core", "tests/core", "tests/jax", "tests/cross",
+)  # fmt: skip
+
+
 @nox.session(tags=["tests"])
+def tests(session):
+    """Both runs in one environment (CI time: one install of torch, JAX,
+    flax and transformers instead of two).  tests/core/test_imports.py
+    checks that each binding imports only its own framework."""
+    _install(session, "jax,interpret,torch,test,flax,models")
+    session.run(*_TORCH_RUN, *session.posargs)
+    session.run(*_JAX_RUN, *session.posargs)
+
+
+@nox.session
 def tests_torch(session):
+    """The PyTorch run in an environment without JAX."""
     _install(session, "torch,test,models")
-    session.run("pytest", "-n", "2", "--durations=25", "tests/core", "tests/torch", *session.posargs)
+    session.run(*_TORCH_RUN, *session.posargs)
 
 
-@nox.session(tags=["tests"])
+@nox.session
 def tests_jax(session):
-    # flax and transformers: the integrations' tests and README examples.
+    """The JAX run alone (flax and transformers: the integrations' tests
+    and the README's examples)."""
     _install(session, "jax,interpret,test,flax,models")
-    # tests/cross here rather than in a session of its own: one virtualenv
-    # less to build, and two workers (CI time).  Of tests/core only what
-    # exercises the JAX binding (tests/core/conftest.py): tests_torch runs
-    # the framework-free rest.
-    session.run(
-        "pytest", "-n", "2", "--durations=25", "-m", "jax or not core",
-        "tests/core", "tests/jax", "tests/cross", *session.posargs,
-    )  # fmt: skip
+    session.run(*_JAX_RUN, *session.posargs)
 
 
 @nox.session

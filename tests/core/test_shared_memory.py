@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from core_triton.common.launch import In, TensorInfo
+from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import contiguous_strides
 from core_triton.linear_attn import chunk as cla
 from core_triton.linear_attn import shared_memory, state_split
@@ -160,8 +161,15 @@ WORST = [
 SPLIT_CASES = [(128, 128, 64, "bfloat16", "g", 0), (256, 256, 64, "float32", "g,gamma", 1)]
 
 
+# Left to a GPU machine's session (CI time, 37 s of its 2 cores): tiles and
+# gates that the cases above cover at another reverse flag or BT.
+GPU_SESSION_ONLY = [(256, 256, 256, "bfloat16", "g", 0), (256, 256, 128, "bfloat16", "g,gamma", 1)]
+
+
 @pytest.mark.parametrize("case", WORST, ids=lambda c: "-".join(map(str, c)))
 def test_model_bounds_sm90_compile(case):
+    if case in GPU_SESSION_ONLY and interpreter_requested():
+        pytest.skip("covered by the other cases on CPU; a GPU machine's session compiles it too")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT
     split = case in SPLIT_CASES
