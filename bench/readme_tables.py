@@ -20,46 +20,47 @@ COLUMNS = [("twinkernels torch", "ours (torch)"), ("twinkernels jax", "ours (JAX
            ("sdpa cudnn", "SDPA cuDNN"), ("sdpa flash", "SDPA flash (FA2)")]  # fmt: skip
 
 
-def _ratio_range(rows, ours, other, keep):
-    """(min, max) of ``ours``' TFLOP/s over ``other``'s across the cases
-    ``keep`` accepts (same mode, mask and length)."""
-    by = {(r["mode"], r["causal"], r["T"], r["impl"]): float(r["TFLOP/s"]) for r in rows if "TFLOP/s" in r}
+def _ratio_range(tflops, ours, other, lengths) -> str:
+    """``"lo-hix"``: the range of ``ours``' TFLOP/s over ``other``'s across
+    the cases (mode, mask) at ``lengths``."""
     ratios = [
-        by[(m, c, t, ours)] / by[(m, c, t, other)] for (m, c, t, i) in by if i == other and keep(m, c, t)
+        float(tflops[(m, c, t, ours)]) / float(v)
+        for (m, c, t, i), v in tflops.items()
+        if i == other and t in lengths
     ]
-    return min(ratios), max(ratios)
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
 
 
 def speed_block(results: pathlib.Path = RESULTS) -> str:
     """The README's block: the table and the claims it supports."""
     data = json.loads(results.read_text())
     rows, meta = data["rows"], data["meta"]
-    by = {(r["mode"], r["causal"], r["T"], r["impl"]): r["TFLOP/s"] for r in rows if "TFLOP/s" in r}
+    # TFLOP/s as saved, by (mode, causal, T, impl); rows the run skipped have none.
+    tflops = {(r["mode"], r["causal"], r["T"], r["impl"]): r["TFLOP/s"] for r in rows if "TFLOP/s" in r}
     lengths = sorted({r["T"] for r in rows})
     head = "| T, mask | " + " | ".join(title for _, title in COLUMNS) + " |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
     for t in lengths:
         for causal in (False, True):
             cells = [
-                f"{by[('fwd', causal, t, impl)]} / {by[('fwd+bwd', causal, t, impl)]}" for impl, _ in COLUMNS
+                f"{tflops[('fwd', causal, t, impl)]} / {tflops[('fwd+bwd', causal, t, impl)]}"
+                for impl, _ in COLUMNS
             ]
             lines.append(f"| {t // 1024}k {'causal' if causal else 'full'} | " + " | ".join(cells) + " |")
-    long = lengths[1] if len(lengths) > 1 else lengths[0]
+    short, long = lengths[0], lengths[1:] or lengths[:1]
 
-    def claim(impl, other, lo_t):
-        lo, hi = _ratio_range(rows, impl, other, lambda m, c, t: t >= lo_t)
-        return f"{lo:.2f}-{hi:.2f}x"
+    def claim(impl, other, at):
+        return _ratio_range(tflops, impl, other, at)
 
-    short = lengths[0]
-    s_lo, s_hi = _ratio_range(rows, "twinkernels torch", "sdpa flash", lambda m, c, t: t == short)
     text = (
         f"On one {meta['device']} ({meta['dtype']}, B{meta['B']} H{meta['H']} D{meta['D']}, TFLOP/s, "
         f"forward / forward+backward, one run: `docs/{results.name}`):\n\n" + "\n".join(lines) + "\n\n"
-        f"From T = {long // 1024}k on, ours runs at {claim('twinkernels torch', 'sdpa flash', long)} "
+        f"From T = {long[0] // 1024}k on, ours runs at {claim('twinkernels torch', 'sdpa flash', long)} "
         f"(PyTorch binding) and {claim('twinkernels jax', 'sdpa flash', long)} (JAX) of SDPA's "
         f"FlashAttention-2 back end, and {claim('twinkernels torch', 'sdpa cudnn', long)} of cuDNN "
         f"(forward and forward+backward, full and causal). At T = {short // 1024}k the eager "
-        f"PyTorch binding's host time shows: {s_lo:.2f}-{s_hi:.2f}x of FlashAttention-2."
+        f"PyTorch binding's host time shows: {claim('twinkernels torch', 'sdpa flash', [short])} of "
+        "FlashAttention-2."
     )
     return f"{START}\n{text}\n{END}"
 
