@@ -26,9 +26,10 @@ A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
    blocks straight from ``k``'s, and ``P`` whole -> ``aqk`` (``STORE_P``;
    without it the output kernel forms ``P`` itself);
 B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
-   4): the diagonal blocks by forward substitution, then ``Tinv[I, J] =
-   -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]`` with ``L = diag(beta)
-   G``, in full float32 -> ``tinv``.
+   4): the diagonal blocks by forward substitution (float32 inputs) or
+   repeated squaring (half inputs: chunk_common.unit_lower_inverse), then
+   ``Tinv[I, J] = -Tinv[I, I] sum_{J <= M < I} L[I, M] Tinv[M, J]`` with
+   ``L = diag(beta) G``, in full float32 -> ``tinv``.
 
 Its launch wants few warps (the substitution's row sums then stay inside a
 warp): W, Uv and Kd, which want big products, are chunk_fwd_wu.py's.
@@ -304,19 +305,23 @@ def delta_chunk_intra_kernel(
 
     # B: Tinv's blocks in registers (the names: block row, block column).
     t00 = unit_lower_inverse(
-        l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+        l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC, IEEE
     )
     if NC > 1:
         l10 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
         t11 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            BC,
+            IEEE,
         )
         t10 = -dot(t11, dot(l10, t00, "ieee"), "ieee")
     if NC > 2:
         l20 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
         l21 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
         t22 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            BC,
+            IEEE,
         )
         t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
         t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
@@ -324,7 +329,9 @@ def delta_chunk_intra_kernel(
         l31 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
         l32 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
         t33 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC
+            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            BC,
+            IEEE,
         )
         t32 = -dot(t33, dot(l32, t22, "ieee"), "ieee")
         t31 = -dot(t33, dot(l31, t11, "ieee") + dot(l32, t21, "ieee"), "ieee")

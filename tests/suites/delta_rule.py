@@ -199,6 +199,21 @@ class DeltaRuleSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gate="gk" if dtype == "bfloat16" else "g", packed=True, seed=4)
         check_case(self.fw, self._fn(mode, l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize("gate", ["g", "gk"])
+    def test_repeated_keys_half_precision(self, gate):
+        self._kernel_level()
+        # One key for every token, beta near 1 and decays near 1: the
+        # diagonal blocks of I + diag(beta) G are then near I + (all ones
+        # below the diagonal), where the half-precision inverse's squaring
+        # (chunk_common.unit_lower_inverse) cancels the most.
+        x, cu, cots = make_case(self.fw, gate=gate, B=1, T=80, strength=8.0, seed=14)
+        x["key"] = np.broadcast_to(x["key"][:, :1], x["key"].shape).copy()
+        x["beta"] = 0.97 + 0.02 * x["beta"]
+        # The forward: the key gradient's terms cancel here beyond bfloat16's
+        # tolerance whichever way the inverse is formed (1.1e-2 of its scale
+        # with forward substitution too).
+        check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype="bfloat16", l2=True, grads=False)
+
     @pytest.mark.parametrize("mode", MODES)
     def test_empty_sequences(self, mode):
         self._kernel_level()
