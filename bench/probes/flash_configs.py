@@ -36,36 +36,37 @@ def main(argv):
     import jax_api
     import torch_api
     from core_triton.attention import flash as core
+    from core_triton.attention import flash_configs
 
-    measured_choice = core._measured_choice
+    measured_choice = core.measured_choice
     lengths = [int(a) for a in argv] or [8192]
     mods = (torch, jax, jnp, torch_api, jax_api)
     for causal in (False, True):
         for T in lengths:
             # Autotune head dim 128 too (this measures the choice), afresh at
             # this T; plans are cached, so flags only act on new ones.
-            core.MEASURED, core._measured_choice = False, measured_choice
+            flash_configs.MEASURED, core.measured_choice = False, measured_choice
             core.attention_plans.cache_clear()
             for kind in ("fwd", "dkdv", "dq"):
-                core._tuned(kind, 128).cache.clear()
+                flash_configs.tuned_kernel(kind, 128).cache.clear()
             for mode in ("fwd", "fwd+bwd"):
                 for name in ("twinkernels torch", "twinkernels jax"):
                     took = _time(name, T, causal, mode, mods)
                     print(f"T={T} causal={causal} autotuned {name} {mode}: {took}", flush=True)
             picks = {}
             for kind in ("fwd", "dkdv", "dq"):
-                best = core._tuned(kind, 128).best_config
+                best = flash_configs.tuned_kernel(kind, 128).best_config
                 picks[kind] = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
                 print(f"T={T} causal={causal} torch autotuner, {kind}: picked {picks[kind]}", flush=True)
-                print("\n".join(_timings(core._tuned(kind, 128))), flush=True)
+                print("\n".join(_timings(flash_configs.tuned_kernel(kind, 128))), flush=True)
             # Both bindings on torch's picks, no autotuning.
-            core._measured_choice = lambda kind, *_, picks=picks: picks[kind]
+            core.measured_choice = lambda kind, *_, picks=picks: picks[kind]
             core.attention_plans.cache_clear()
             for mode in ("fwd", "fwd+bwd"):
                 for name in ("twinkernels torch", "twinkernels jax"):
                     took = _time(name, T, causal, mode, mods)
                     print(f"T={T} causal={causal} fixed {name} {mode}: {took}", flush=True)
-    core.MEASURED, core._measured_choice = True, measured_choice
+    flash_configs.MEASURED, core.measured_choice = True, measured_choice
     core.attention_plans.cache_clear()
 
 

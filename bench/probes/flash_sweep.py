@@ -20,17 +20,18 @@ def main(argv):
 
     import torch_api
     from core_triton.attention import flash as core
+    from core_triton.attention import flash_configs
 
     D = int(argv[0]) if argv else 256
-    dim_class = core._dim_class(D)
-    measured_choice = core._measured_choice
-    core._measured_choice = lambda *args, **kw: None  # autotune every head dim
+    dim_class = flash_configs.dim_class(D)
+    measured_choice = core.measured_choice
+    core.measured_choice = lambda *args, **kw: None  # autotune every head dim
     try:
         for dtype, B, H, T in SHAPES:
             for causal in (False, True):
                 core.attention_plans.cache_clear()
                 for kind in ("fwd", "dkdv", "dq"):
-                    core._tuned(kind, dim_class).cache.clear()
+                    flash_configs.tuned_kernel(kind, dim_class).cache.clear()
                 g = torch.Generator(device="cuda").manual_seed(0)
                 dt = getattr(torch, dtype)
                 q, k, v, do = (
@@ -46,11 +47,11 @@ def main(argv):
                     continue
                 for kind in ("fwd", "dkdv", "dq"):
                     print(f"D={D} {dtype} B{B} H{H} T{T} causal={causal} {kind}:", flush=True)
-                    print("\n".join(_timings(core._tuned(kind, dim_class))), flush=True)
+                    print("\n".join(_timings(flash_configs.tuned_kernel(kind, dim_class))), flush=True)
                 del q, k, v, do, leaves
                 torch.cuda.empty_cache()
     finally:
-        core._measured_choice = measured_choice
+        core.measured_choice = measured_choice
         core.attention_plans.cache_clear()
 
 

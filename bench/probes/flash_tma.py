@@ -18,7 +18,7 @@ from bench.common import markdown_table, save, time_per_call
 B, H = 4, 16
 SEQ_LENS = [2048, 8192, 16384]
 MODES = ("fwd", "fwd+bwd")
-# (BM, BN, num_warps, num_stages) per head dim; the first is flash.TMA_CONFIGS'.
+# (BM, BN, num_warps, num_stages) per head dim; the first is flash_tma_plans.TMA_CONFIGS'.
 FWD_CONFIGS = {
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3)],
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (128, 128, 4, 3)],
@@ -47,9 +47,9 @@ def run(modes=MODES, seq_lens=SEQ_LENS) -> list[dict]:
     import torch
 
     import torch_api
-    from core_triton.attention import flash
+    from core_triton.attention import flash, flash_tma_plans
 
-    fwd, bwd = dict(flash.TMA_CONFIGS), dict(flash.TMA_BWD_CONFIGS)
+    fwd, bwd = dict(flash_tma_plans.TMA_CONFIGS), dict(flash_tma_plans.TMA_BWD_CONFIGS)
     rows = []
     try:
         for mode in modes:

@@ -30,7 +30,7 @@ import functools
 
 import triton.language as tl
 
-from core_triton.attention.flash import _cap, _window, check_sinks
+from core_triton.attention.flash_options import _cap, _window, check_sinks
 from core_triton.common import checks
 from core_triton.common.kernel_helpers import dot, hint16
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo

@@ -1,7 +1,7 @@
 """Flash-attention backward through tensor descriptors (TMA on Hopper).
 
 The backward half of issue 15's candidate (see flash_fwd_tma), opt in
-(``flash.TMA_BACKWARD``, or ``TWINKERNELS_FLASH_TMA_BWD=1`` before import).
+(``flash.set_tma_backward``, or ``TWINKERNELS_FLASH_TMA_BWD=1`` before import).
 It covers what the tensor-descriptor forward covers (contiguous bfloat16 or
 float16 ``q``, ``k``, ``v`` and ``do``, ``D == DV`` in {64, 128}, grouped
 heads, causal or not, sinks) and takes the forward's ``lse`` and the usual

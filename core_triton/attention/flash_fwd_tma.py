@@ -1,6 +1,6 @@
 """Flash-attention forward through tensor descriptors (TMA on Hopper).
 
-A candidate fast path for issue 15, opt in (``flash.TMA_FORWARD``, or
+A candidate fast path for issue 15, opt in (``flash.set_tma_forward``, or
 ``TWINKERNELS_FLASH_TMA=1`` before import), not the default until the H100
 says it pays.  Same outputs as ``flash_fwd_kernel`` (``out [B, Tq, HQ, DV]``
 in the inputs' dtype, ``lse [B, HQ, Tq]`` float32, natural log), so the

@@ -3,7 +3,7 @@
 import pytest
 
 from core_triton import TensorInfo, cdiv
-from core_triton.attention import flash, ring
+from core_triton.attention import flash, flash_configs, ring
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
 from core_triton.cumsum import chunk_local as chunk_local_cumsum
@@ -79,6 +79,7 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
     bf16 the measured ones when plain or causal, float32 its one small config
     with every feature (the bias gradient included)."""
     monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
     flash.attention_plans.cache_clear()
     try:
         q = _info((1, 1024, 4, 256), dtype)
@@ -91,9 +92,9 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
             for kind, plan in launches.items():
                 got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
                 if dtype == "float32":
-                    assert got == flash._FLOAT32_256, (extra, kind, got)
+                    assert got == flash_configs.FLOAT32_256, (extra, kind, got)
                 elif not extra or "causal" in extra:
-                    assert got == flash._MEASURED_256[kind], (extra, kind, got)
+                    assert got == flash_configs.MEASURED_256[kind], (extra, kind, got)
                 assert not hasattr(plan.kernel, "configs"), (extra, kind)  # no autotuner
     finally:
         flash.attention_plans.cache_clear()
@@ -104,9 +105,11 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
     """Float32 flash (FMA products) takes a fixed config on a GPU, plain or
     causal too; half precision at head dims up to 64 keeps its sweep."""
     monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
     flash.attention_plans.cache_clear()
     try:
-        tables = {"fwd": flash._FWD_CONFIGS, "dkdv": flash._DKDV_CONFIGS, "dq": flash._DQ_CONFIGS}
+        c = flash_configs
+        tables = {"fwd": c.FWD_CONFIGS, "dkdv": c.DKDV_CONFIGS, "dq": c.DQ_CONFIGS}
         for dtype in ("float32", "bfloat16"):
             q = _info((2, 300, 4, D), dtype)
             for causal in (False, True):
@@ -119,9 +122,9 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
                         continue
                     got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
                     # Head dim 128: the measured configs; up to 64: the features' one.
-                    want = flash._measured_choice(kind, 128, causal, 300, 300) if D == 128 else None
+                    want = flash_configs.measured_choice(kind, 128, causal, 300, 300) if D == 128 else None
                     table = tables[kind][64]
-                    want = want or table[min(flash._FIXED[64], len(table) - 1)]
+                    want = want or table[min(flash_configs.FIXED[64], len(table) - 1)]
                     assert got == want, (dtype, causal, kind, got)
     finally:
         flash.attention_plans.cache_clear()

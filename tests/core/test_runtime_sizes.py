@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import pytest
 
 from core_triton.attention import flash as flash_attention
+from core_triton.attention import flash_tma_plans
 from core_triton.common.launch import In, LaunchPlan, TensorInfo
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
@@ -172,14 +173,14 @@ def test_tma_forward_has_one_specialisation_for_every_size():
     # The opt-in tensor-descriptor forward: batch and lengths are run-time
     # sizes (the descriptors take them as values), so a new length or batch
     # reuses the kernel (head dim 64, its fixed config).
-    before = flash_attention.TMA_FORWARD
+    before = flash_tma_plans.TMA_FORWARD
     flash_attention.set_tma_forward(True)
     try:
         seen = []
         for T, N in SIZES:
             q, kv = _info((N, T, 2 * H, K)), _info((N, T + 7, H, K))
             p, _ = flash_attention.plans(q, kv, kv, causal=True)
-            assert p.forward.kernel is flash_attention.flash_fwd_tma_kernel
+            assert p.forward.kernel is flash_tma_plans.flash_fwd_tma_kernel
             seen.append(_signature(p.forward))
         assert all(s == seen[0] for s in seen), seen
     finally:

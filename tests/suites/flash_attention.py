@@ -195,7 +195,7 @@ GPU_CASES = {
 # The tensor-descriptor forward (core_triton.attention.flash_fwd_tma, opt
 # in): (make_case arguments, options, dtype, on the interpreter too).  The
 # interpreter runs 32x16 blocks; a GPU runs the configs of
-# flash.TMA_CONFIGS, at the long cases.
+# flash_tma_plans.TMA_CONFIGS, at the long cases.
 TMA_CASES = {
     "d64_causal_gqa_bf16": ({"B": 2, "Tq": 45, "Tk": 45, "D": 64}, {"causal": True}, "bfloat16", True),
     "d64_full_tq_lt_tk_f16_sink1d": (
@@ -361,7 +361,7 @@ class FlashAttentionSuite(KernelLevelCases):
     @pytest.mark.parametrize("case", sorted(GPU_CASES))
     def test_gpu_sizes(self, case, causal, dtype):
         # The configs a GPU picks (core_triton.attention.flash's
-        # _measured_choice for head dim 128 at T >= 2048 and at 256, the
+        # flash_configs.measured_choice for head dim 128 at T >= 2048 and at 256, the
         # float32 config past 128, the fixed configs and the bias-gradient
         # kernel with a bias), against the float64 reference.  The interpreter runs
         # other (small) blocks: GPU only.
@@ -382,7 +382,7 @@ class FlashAttentionSuite(KernelLevelCases):
         float64 reference, forward and every gradient.  The JAX binding
         refuses them on a GPU (jax-triton 0.3.1 allocates no global scratch)
         with a clear error."""
-        from core_triton.attention import flash
+        from core_triton.attention import flash, flash_tma_plans
 
         fw = self.fw
         shape, options, dtype, interpreted_too = TMA_CASES[case]
@@ -391,7 +391,7 @@ class FlashAttentionSuite(KernelLevelCases):
         # The JAX binding refuses these kernels on a GPU (checked there):
         # under the interpreter they are kernel-level cases.
         self._kernel_level()
-        before = flash.TMA_FORWARD, flash.TMA_BACKWARD
+        before = flash_tma_plans.TMA_FORWARD, flash_tma_plans.TMA_BACKWARD
         flash.set_tma_forward(halves != "bwd")
         flash.set_tma_backward(halves != "fwd")
         fw.clear_caches()
@@ -404,8 +404,9 @@ class FlashAttentionSuite(KernelLevelCases):
             seen = spy_launches(fw, monkeypatch)
             self._check(c, options, dtype=dtype)
             kernels = [plan.kernel for plan in seen]
-            assert (kernels[0] is flash.flash_fwd_tma_kernel) == (halves != "bwd"), kernels
-            tma_bwd = flash.flash_bwd_dkdv_tma_kernel in kernels and flash.flash_bwd_dq_tma_kernel in kernels
+            assert (kernels[0] is flash_tma_plans.flash_fwd_tma_kernel) == (halves != "bwd"), kernels
+            t = flash_tma_plans
+            tma_bwd = t.flash_bwd_dkdv_tma_kernel in kernels and t.flash_bwd_dq_tma_kernel in kernels
             assert tma_bwd == (halves != "fwd"), kernels
             assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
         finally:
@@ -421,10 +422,10 @@ class FlashAttentionSuite(KernelLevelCases):
         config of three kernels for each case (minutes).  Which kernels a
         plan picks: kernel-level."""
         self._kernel_level()
-        from core_triton.attention import flash
+        from core_triton.attention import flash, flash_tma_plans
 
         fw = self.fw
-        before = flash.TMA_FORWARD, flash.TMA_BACKWARD
+        before = flash_tma_plans.TMA_FORWARD, flash_tma_plans.TMA_BACKWARD
         flash.set_tma_forward(True)
         flash.set_tma_backward(True)
         fw.clear_caches()
@@ -436,8 +437,8 @@ class FlashAttentionSuite(KernelLevelCases):
             ):
                 seen = spy_launches(fw, monkeypatch)
                 self._check(make_case(np.random.default_rng(22), **shape), options, dtype=dtype)
-                tma = (flash.flash_fwd_tma_kernel, flash.flash_bwd_dkdv_tma_kernel)
-                tma += (flash.flash_bwd_dq_tma_kernel,)
+                tma = (flash_tma_plans.flash_fwd_tma_kernel, flash_tma_plans.flash_bwd_dkdv_tma_kernel)
+                tma += (flash_tma_plans.flash_bwd_dq_tma_kernel,)
                 assert not any(plan.kernel in tma for plan in seen), (shape, options, dtype)
                 assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
         finally:

@@ -1,0 +1,140 @@
+"""The opt-in tensor-descriptor flash kernels (issue 15;
+flash_fwd_tma.py, flash_bwd_tma.py): their switches, configs and launches.
+core_triton.attention.flash takes them where they apply when switched on
+(``flash.set_tma_forward`` / ``set_tma_backward``)."""
+
+from __future__ import annotations
+
+import os
+
+from core_triton.attention.flash_bwd_tma import flash_bwd_dkdv_tma_kernel, flash_bwd_dq_tma_kernel
+from core_triton.attention.flash_fwd_tma import flash_fwd_tma_kernel
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import interpreter_requested
+from core_triton.common.utils import cdiv, next_power_of_2
+
+# flash_fwd_tma_kernel for the plain and causal forward, when TMA_FORWARD is
+# set (TWINKERNELS_FLASH_TMA=1 before import, or set_tma_forward): a candidate
+# for Hopper, not the default until the H100 measures it.  (BM, BN,
+# num_warps, num_stages) per head dim; the interpreter runs small blocks.
+TMA_FORWARD = os.environ.get("TWINKERNELS_FLASH_TMA", "0") == "1"
+TMA_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
+_TMA_INTERPRETED = (32, 16, 4, 1)
+# The backward kernels of flash_bwd_tma likewise (TWINKERNELS_FLASH_TMA_BWD=1,
+# or set_tma_backward): ((BM, BN, warps, stages) of dK/dV, the same of dQ).
+# dK/dV walks query blocks of BM for a key block of BN (BN a multiple of BM);
+# dQ the other way round.
+TMA_BACKWARD = os.environ.get("TWINKERNELS_FLASH_TMA_BWD", "0") == "1"
+TMA_BWD_CONFIGS = {64: ((64, 128, 8, 2), (128, 64, 8, 2)), 128: ((64, 128, 8, 2), (128, 64, 8, 2))}
+_TMA_BWD_INTERPRETED = ((16, 32, 4, 1), (32, 16, 4, 1))
+
+
+def _row_major(info: TensorInfo) -> bool:
+    expected, step = [], 1
+    for size in reversed(info.shape):
+        expected.append(step)
+        step *= size
+    pairs = zip(info.shape, info.strides, reversed(expected), strict=True)
+    return all(n == 1 or st == e for n, st, e in pairs)
+
+
+def _tma_applies(q, k, v, opts, plain, out_dtype) -> bool:
+    """What both tensor-descriptor paths take (core_triton.attention.flash_fwd_tma)."""
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    return (
+        plain
+        and opts.q_pieces == 1
+        and opts.k_pieces == 1
+        and opts.q_chunk in (0, Tq)  # one piece of positions 0..T-1
+        and opts.k_chunk in (0, Tk)
+        and q.dtype in ("bfloat16", "float16")
+        and q.dtype == k.dtype == v.dtype
+        and (out_dtype or q.dtype) == q.dtype
+        and D == v.shape[3]
+        and D in TMA_CONFIGS
+        and Tq >= 1
+        and Tk >= 1
+        and all(_row_major(t) for t in (q, k, v))
+    )
+
+
+def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+    """The forward through flash_fwd_tma_kernel, or None where it does not
+    apply (see core_triton.attention.flash_fwd_tma)."""
+    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype)):
+        return None
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    bm, bn, w, s = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[D]
+    return LaunchPlan(
+        kernel=flash_fwd_tma_kernel,
+        grid=(cdiv(Tq, bm), B * HQ),
+        params=(
+            In("q"),
+            In("k"),
+            In("v"),
+            In("softmax_aux") if sink is not None else In("q"),
+            opts.scale,
+            B,
+            Tq,
+            Tk,
+            HQ,
+            H,
+            n_sink,
+            sink_stride,
+        ),
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
+        output_names=("out", "lse"),
+        constexprs=dict(
+            D=D,
+            BS=max(2, next_power_of_2(n_sink)),
+            CAUSAL=opts.causal,
+            HAS_SINK=sink is not None,
+            DOT_PREC="tf32",
+            BM=bm,
+            BN=bn,
+        ),
+        num_warps=w,
+        num_stages=s,
+    )
+
+
+def tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchPlan] | None:
+    """The dK/dV and dQ launches of flash_bwd_tma, or None where they do not
+    apply (their inputs: ``q, k, v, do, lse, delta``)."""
+    if not (
+        TMA_BACKWARD
+        and _tma_applies(q, k, v, opts, plain, grad_dtype)
+        and do.dtype == q.dtype
+        and do.shape == q.shape
+        and _row_major(do)
+    ):
+        return None
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    configs = _TMA_BWD_INTERPRETED if interpreter_requested() else TMA_BWD_CONFIGS[D]
+    (bm, bn, w, s), (bm2, bn2, w2, s2) = configs
+    params = (In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), opts.scale, B, Tq, Tk, HQ, H)
+    consts = dict(D=D, CAUSAL=opts.causal, DOT_PREC="tf32")
+    dkdv = LaunchPlan(
+        kernel=flash_bwd_dkdv_tma_kernel,
+        grid=(cdiv(Tk, bn), B * H),
+        params=params,
+        outputs=(OutputSpec((B, Tk, H, D), q.dtype), OutputSpec((B, Tk, H, D), q.dtype)),
+        output_names=("dk", "dv"),
+        constexprs=dict(consts, BM=bm, BN=bn),
+        num_warps=w,
+        num_stages=s,
+    )
+    dq = LaunchPlan(
+        kernel=flash_bwd_dq_tma_kernel,
+        grid=(cdiv(Tq, bm2), B * HQ),
+        params=params,
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype),),
+        output_names=("dq",),
+        constexprs=dict(consts, BM=bm2, BN=bn2),
+        num_warps=w2,
+        num_stages=s2,
+    )
+    return dkdv, dq
