@@ -38,6 +38,7 @@ import torch
 
 from torch_api.decode_attention import decode_attention
 from torch_api.flash_attention import flash_attention
+from torch_api.integrations.transformers_inputs import packed_segments, padding_segments, window
 
 NAME = "twinkernels"
 # decode_attention takes 1 to 16 new queries per row.
@@ -83,14 +84,8 @@ def attention_forward(
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     Tq, Tk = q.shape[1], k.shape[1]
-    window = None
-    if sliding_window is not None:
-        # transformers: a query sees the keys after q - w; ours counts the
-        # keys on each side besides the query's own position.
-        left = int(sliding_window) - 1
-        window = (left, 0) if causal else (left, left)
     options = dict(
-        sliding_window=window,
+        sliding_window=window(sliding_window, causal),
         causal=causal,
         logits_soft_cap=softcap,
         softmax_scale=scaling,
@@ -105,13 +100,9 @@ def attention_forward(
         return out, None
     positions = kwargs.get("position_ids")
     if attention_mask is None and positions is not None and q.shape[0] == 1 and Tq == Tk:
-        # A flattened batch without cu_seq_lens: sequences restart where a
-        # position does not follow the one before (transformers' flash-attn
-        # backend reads packing from position ids too).  Made on the device
-        # (no host check of whether there is more than one sequence).
-        step = torch.diff(positions.reshape(1, -1), dim=-1) != 1
-        first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
-        seg = torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
+        # A flattened batch without cu_seq_lens (no host check of whether
+        # there is more than one sequence).
+        seg = packed_segments(positions)
         return flash_attention(q, k, v, q_segment_ids=seg, kv_segment_ids=seg, **options), None
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if attention_mask is None and causal and Tq < Tk and Tq <= DECODE_MAX_QUERIES and not grads:
@@ -119,31 +110,15 @@ def attention_forward(
         # last Tq tokens in every row (decode_attention's alignment).  The
         # transposed views read the [B, H, Tk, D] cache in place.
         kv_lens = torch.full((q.shape[0],), Tk, dtype=torch.int32, device=q.device)
-        out = decode_attention(
-            q, k, v, kv_lens, softmax_scale=scaling, sliding_window=window, logits_soft_cap=softcap,
-            softmax_aux=options["softmax_aux"],
-        )  # fmt: skip
+        step = {n: options[n] for n in ("sliding_window", "logits_soft_cap", "softmax_scale", "softmax_aux")}
+        out = decode_attention(q, k, v, kv_lens, **step)
         return out, None
     if Tq != Tk:
         # New queries after cached keys: they sit at the keys' end.
         options["q_positions"] = torch.arange(Tk - Tq, Tk, device=q.device, dtype=torch.int32)
         options["kv_positions"] = torch.arange(Tk, device=q.device, dtype=torch.int32)
     if attention_mask is not None:
-        if attention_mask.dim() != 2:
-            raise ValueError(
-                "twinkernels attention takes a 2-D padding mask [batch, keys], got one of shape "
-                f"{tuple(attention_mask.shape)} (a dense mask: use attn_implementation='sdpa')"
-            )
-        # Real tokens in one segment, padding in the other: a real query sees
-        # only real keys; a padding query's output is never used.  The row's
-        # first token is in segment 0, so that left and right padding both
-        # give ids that never decrease along the row: the kernels then find
-        # each segment's keys by search and skip the rest (one segment, no
-        # padding, runs as plain attention).
-        kv_seg = attention_mask[:, -Tk:].to(torch.int32)
-        kv_seg = kv_seg ^ kv_seg[:, :1]
-        options["q_segment_ids"] = kv_seg[:, -Tq:].contiguous()
-        options["kv_segment_ids"] = kv_seg.contiguous()
+        options["q_segment_ids"], options["kv_segment_ids"] = padding_segments(attention_mask, Tq, Tk)
     return flash_attention(q, k, v, **options), None
 
 
