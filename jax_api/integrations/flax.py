@@ -27,10 +27,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jax_api.flash_attention import flash_attention
-
-# Added to a masked-out logit (the kernel gives a row masked throughout
-# output 0 and gradient 0).
-MASKED = float("-inf")
+from jax_api.integrations.flax_inputs import bias_of, flat_mask, length_segments
 
 
 def _flax():
@@ -41,31 +38,6 @@ def _flax():
             "jax_api.integrations.flax needs flax: pip install 'twinkernels[flax]' (or flax>=0.12.8)"
         ) from e
     return flax
-
-
-def _bias(bias, mask, B, HQ, Tq, Tk):
-    """One additive bias ``[B|1, HQ|1, Tq, Tk]`` float32 from a bias and a
-    boolean mask broadcastable to ``[B, HQ, Tq, Tk]``, or None."""
-    total = None
-    for part in (bias, None if mask is None else jnp.where(mask, 0.0, MASKED)):
-        if part is None:
-            continue
-        part = jnp.asarray(part, jnp.float32)
-        if part.ndim > 4:
-            raise ValueError(f"bias and mask must have at most 4 dims [B, heads, Tq, Tk], got {part.shape}")
-        part = part.reshape((1,) * (4 - part.ndim) + part.shape)
-        total = part if total is None else total + part
-    if total is None:
-        return None
-    b = B if total.shape[0] != 1 else 1
-    h = HQ if total.shape[1] != 1 else 1
-    return jnp.broadcast_to(total, (b, h, Tq, Tk))
-
-
-def _length_segments(lengths, T):
-    """``[B, T]`` int32: 0 for the first ``lengths[b]`` tokens, 1 after (ids
-    that never decrease: the kernels find each segment's keys by search)."""
-    return (jnp.arange(T)[None, :] >= jnp.asarray(lengths).reshape(-1, 1)).astype(jnp.int32)
 
 
 def dot_product_attention(
@@ -103,9 +75,9 @@ def dot_product_attention(
     if query_seq_lengths is not None or key_value_seq_lengths is not None:
         q_len = Tq if query_seq_lengths is None else query_seq_lengths
         kv_len = Tk if key_value_seq_lengths is None else key_value_seq_lengths
-        options["q_segment_ids"] = _length_segments(jnp.broadcast_to(q_len, (B,)), Tq)
-        options["kv_segment_ids"] = _length_segments(jnp.broadcast_to(kv_len, (B,)), Tk)
-    b = _bias(bias, mask, B, HQ, Tq, Tk)
+        options["q_segment_ids"] = length_segments(jnp.broadcast_to(q_len, (B,)), Tq)
+        options["kv_segment_ids"] = length_segments(jnp.broadcast_to(kv_len, (B,)), Tk)
+    b = bias_of(bias, mask, B, HQ, Tq, Tk)
     out = flash_attention(
         query, key, value, bias=None if b is None else b.astype(query.dtype),
         sliding_window=local_window_size, causal=bool(is_causal), softmax_scale=scale, **options,
@@ -147,18 +119,10 @@ def attention_fn(
     flat = [x.reshape((-1,) + x.shape[-3:]) for x in (query, key, value)]
     B = flat[0].shape[0]
 
-    def flat_mask(m):
-        # [batch..., heads, Tq, Tk] (broadcastable) -> [B or 1, heads|1, Tq, Tk]
-        m = jnp.asarray(m)
-        m = m.reshape((1,) * max(0, len(lead) + 3 - m.ndim) + m.shape)
-        if all(n == 1 for n in m.shape[:-3]):
-            return m.reshape((1,) + m.shape[-3:])
-        return jnp.broadcast_to(m, lead + m.shape[-3:]).reshape((B,) + m.shape[-3:])
-
     out = dot_product_attention(
         *flat,
-        bias=None if bias is None else flat_mask(bias),
-        mask=None if mask is None else flat_mask(mask),
+        bias=None if bias is None else flat_mask(bias, lead, B),
+        mask=None if mask is None else flat_mask(mask, lead, B),
         is_causal=is_causal,
     )
     return out.reshape(lead + out.shape[1:])
