@@ -39,11 +39,11 @@ from core_triton.delta_rule import steps
 from core_triton.delta_rule.args import NO_GATE, SCALAR_GATE, VECTOR_GATE, DeltaRuleArgs
 from core_triton.delta_rule.chunk_bwd_dqk import delta_chunk_bwd_dqk_kernel
 from core_triton.delta_rule.chunk_bwd_dv import delta_chunk_bwd_dv_kernel
-from core_triton.delta_rule.chunk_bwd_state import delta_chunk_state_bwd_kernel
-from core_triton.delta_rule.chunk_fwd_output import delta_chunk_output_kernel
-from core_triton.delta_rule.chunk_fwd_state import delta_chunk_state_kernel
+from core_triton.delta_rule.chunk_bwd_state import delta_chunk_bwd_state_kernel
+from core_triton.delta_rule.chunk_fwd_output import delta_chunk_fwd_output_kernel
+from core_triton.delta_rule.chunk_fwd_state import delta_chunk_fwd_state_kernel
 from core_triton.delta_rule.chunk_fwd_walk import delta_chunk_fwd_walk_kernel
-from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_wu_kernel
+from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_fwd_wu_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 
 # Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
@@ -209,7 +209,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     def wu_plan(store_kd):
         return tiled(
             "wu",
-            delta_chunk_wu_kernel,
+            delta_chunk_fwd_wu_kernel,
             lambda t: (NS, B * HV),
             params=(In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
             outputs=(
@@ -231,7 +231,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     store_kd = not fused or a.gate == VECTOR_GATE
     state = tiled(
         "state",
-        delta_chunk_state_kernel,
+        delta_chunk_fwd_state_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
         params=(In("kd"), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, T, NT, NS),
         outputs=(
@@ -244,7 +244,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     )
     output = tiled(
         "output",
-        delta_chunk_output_kernel,
+        delta_chunk_fwd_output_kernel,
         lambda t: (cdiv(V, t["BV"]), NS, B * HV),
         params=(In(q), In(k), gc, In("h"), In("aqk"), In("u"), cu, co, a.scale, *slot_sizes),
         outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill),),
@@ -282,7 +282,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     NK = cdiv(K, bwd_t["BK"])
     state_bwd = tiled(
         "state_bwd",
-        delta_chunk_state_bwd_kernel,
+        delta_chunk_bwd_state_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
         params=(In(q), In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
         outputs=(

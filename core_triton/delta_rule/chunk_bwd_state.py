@@ -26,7 +26,7 @@ from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t, state_ti
 
 
 @jit(sizes=("T", "NT", "NS"))
-def delta_chunk_state_bwd_kernel(
+def delta_chunk_bwd_state_kernel(
     q,
     kd,
     w,

@@ -21,7 +21,7 @@ from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
-def delta_chunk_output_kernel(
+def delta_chunk_fwd_output_kernel(
     q,
     k,
     gc,

@@ -21,7 +21,7 @@ from core_triton.delta_rule.chunk_common import rows_tile
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
-def delta_chunk_wu_kernel(
+def delta_chunk_fwd_wu_kernel(
     k,
     v,
     beta,

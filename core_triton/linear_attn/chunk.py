@@ -16,7 +16,7 @@ At batch 1 and long sequences the state pass splits over the sequence
 (state_split.py): the segments' states from zero, the carry over segments
 (``seg_start``, ``final``), then, where the chunk states are float32, ``o``
 from each segment's start state with the chunk states kept in registers
-(chunk_output_segment_kernel): no ``h`` in memory, and the backward begins
+(chunk_fwd_output_segment_kernel): no ``h`` in memory, and the backward begins
 by storing ``h`` from ``seg_start``; with half-precision states the
 segments store ``h`` for step 3.
 
@@ -58,14 +58,14 @@ from core_triton.cumsum import plan as _cumsum_plan
 from core_triton.linear_attn import args as _linear_attn_args
 from core_triton.linear_attn import shared_memory, state_split
 from core_triton.linear_attn.args import LinearAttnArgs, linear_attn_plans
-from core_triton.linear_attn.chunk_bwd_dqk import chunk_backward_dqk_kernel
-from core_triton.linear_attn.chunk_bwd_dv import chunk_backward_dv_kernel
+from core_triton.linear_attn.chunk_bwd_dqk import chunk_bwd_dqk_kernel
+from core_triton.linear_attn.chunk_bwd_dv import chunk_bwd_dv_kernel
 from core_triton.linear_attn.chunk_bwd_state import (
-    chunk_state_backward_kernel,
-    chunk_state_backward_segment_kernel,
+    chunk_bwd_state_kernel,
+    chunk_bwd_state_segment_kernel,
 )
-from core_triton.linear_attn.chunk_fwd_output import chunk_output_kernel, chunk_output_segment_kernel
-from core_triton.linear_attn.chunk_fwd_state import chunk_state_kernel, chunk_state_segment_kernel
+from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_kernel, chunk_fwd_output_segment_kernel
+from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_kernel, chunk_fwd_state_segment_kernel
 from core_triton.linear_attn.state_split import segment_carry_kernel
 
 MIN_CHUNK = 16  # tl.dot needs every dimension >= 16
@@ -251,7 +251,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     )
     offsets = [("chunk_offsets", BT)] if a.packed else []
 
-    interpreted = is_interpreted(chunk_state_kernel)
+    interpreted = is_interpreted(chunk_fwd_state_kernel)
 
     def tiles_of(name):
         return _tiles(
@@ -348,19 +348,19 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         seg_out = (OutputSpec(seg_shape, "float32"), OutputSpec(seg_rows, "float32"))
         pad = OutputSpec((1,), "float32")  # the seg_decay a storing pass leaves alone
         store_h = split_pass(
-            "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
+            "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
             (OutputSpec(h_shape, h_dtype), pad), ("h", "seg_pad"), True, (),
         )  # fmt: skip
         forward += [
             split_pass(
-                "chunk_state", chunk_state_segment_kernel, (In("key"), In("value")), In("key"),
+                "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("key"),
                 seg_out, ("seg_delta", "seg_decay"), False, (),
             ),
             carry(opt("initial_state", use_h0), use_h0, a.reverse, ("seg", "final"), "float32"),
         ]  # fmt: skip
         # Float32 chunk states (a per-token gate, or float32 inputs): the
         # output from the segments' start states, no chunk states in memory
-        # (chunk_output_segment_kernel), and the backward stores them.  On
+        # (chunk_fwd_output_segment_kernel), and the backward stores them.  On
         # the H200 at B1 T32k (bf16, H16, K = V = 128) that took chunk g
         # from 1.30 to 0.74 ms forward and 3.50 to 3.36 forward+backward.
         # Half-precision states (no per-token gate, half inputs) are stored
@@ -374,7 +374,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             forward.append(
                 tiled(
                     "chunk_output_segment",
-                    chunk_output_segment_kernel,
+                    chunk_fwd_output_segment_kernel,
                     lambda t: (cdiv(V, t["BV"]), NG, B * H),
                     params=(
                         In("query"), In("key"), In("value"), gc, gamma, In("seg_start"), cu, co,
@@ -392,7 +392,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         forward.append(
             tiled(
                 "chunk_state",
-                chunk_state_kernel,
+                chunk_fwd_state_kernel,
                 state_grid,
                 params=(In("key"), In("value"), gc, gamma, opt("initial_state", use_h0), cu, co, T, NT, NS),
                 outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, "float32")),
@@ -405,7 +405,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         forward.append(
             tiled(
                 "chunk_output",
-                chunk_output_kernel,
+                chunk_fwd_output_kernel,
                 slot_grid(HQ),
                 params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
                 outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
@@ -419,12 +419,12 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         backward = [store_h] if fused else []
         backward += [
             split_pass(
-                "chunk_state_backward", chunk_state_backward_segment_kernel, lead, In("query"),
+                "chunk_state_backward", chunk_bwd_state_segment_kernel, lead, In("query"),
                 seg_out, ("dseg_delta", "dseg_decay"), False, extra,
             ),
             carry(In("dht"), True, not a.reverse, ("dseg", "dh0"), h0_dtype or "float32"),
             split_pass(
-                "chunk_state_backward", chunk_state_backward_segment_kernel, lead, In("dseg_start"),
+                "chunk_state_backward", chunk_bwd_state_segment_kernel, lead, In("dseg_start"),
                 (OutputSpec(h_shape, h_dtype), pad), ("dh", "dseg_pad"), True, extra,
             ),
         ]  # fmt: skip
@@ -432,7 +432,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         backward = [
             tiled(
                 "chunk_state_backward",
-                chunk_state_backward_kernel,
+                chunk_bwd_state_kernel,
                 state_grid,
                 params=(In("query"), In("do"), gc, gamma, In("dht"), cu, co, a.scale, T, NT, NS),
                 outputs=(OutputSpec(h_shape, h_dtype), OutputSpec(state_shape, h0_dtype or "float32")),
@@ -443,7 +443,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     backward += [
         tiled(
             "chunk_dv",
-            chunk_backward_dv_kernel,
+            chunk_bwd_dv_kernel,
             slot_grid(H),
             params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
             outputs=(OutputSpec((B, T, H, V), a.dtype, token_fill),),
@@ -452,7 +452,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         ),
         tiled(
             "chunk_dqk",
-            chunk_backward_dqk_kernel,
+            chunk_bwd_dqk_kernel,
             lambda t: (0, 0) if empty else (NS, B * H),
             params=(
                 In("query"),

@@ -42,7 +42,7 @@ from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
-def chunk_backward_dqk_kernel(
+def chunk_bwd_dqk_kernel(
     q,
     k,
     v,

@@ -24,7 +24,7 @@ from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
-def chunk_backward_dv_kernel(
+def chunk_bwd_dv_kernel(
     q,
     k,
     gc,

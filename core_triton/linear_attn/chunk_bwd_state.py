@@ -11,8 +11,8 @@ and ``dh0 = G`` after the first chunk (the initial state's gradient; for an
 empty sequence simply ``dht``).
 
 The same two launch shapes as the forward (chunk_fwd_state.py): whole
-sequences (:func:`chunk_state_backward_kernel`), or segments
-(:func:`chunk_state_backward_segment_kernel`, a pass from zero that keeps
+sequences (:func:`chunk_bwd_state_kernel`), or segments
+(:func:`chunk_bwd_state_segment_kernel`, a pass from zero that keeps
 each segment's gradient and log decay, state_split's carry kernel, then a
 pass from each segment's carried gradient that stores ``dh``).
 
@@ -108,7 +108,7 @@ def grad_walk(
 
 
 @jit(sizes=("T", "NT", "NS"))
-def chunk_state_backward_kernel(
+def chunk_bwd_state_kernel(
     q,
     do,
     gc,
@@ -162,7 +162,7 @@ def chunk_state_backward_kernel(
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS", "NG", "S"))
-def chunk_state_backward_segment_kernel(
+def chunk_bwd_state_segment_kernel(
     q,
     do,
     gc,

@@ -13,7 +13,7 @@ Inputs: ``q [B*T, HQ, K]``, ``k [B*T, H, K]``, ``v [B*T, H, V]``, ``gc``,
 Output: ``o [B*T, HQ, V]`` in the inputs' dtype.
 
 Where the state pass splits over the sequence (state_split.py),
-:func:`chunk_output_segment_kernel` computes the same output from each
+:func:`chunk_fwd_output_segment_kernel` computes the same output from each
 segment's start state instead, walking the chunks with the state in
 registers.
 """
@@ -27,7 +27,7 @@ from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
-def chunk_output_kernel(
+def chunk_fwd_output_kernel(
     q,
     k,
     v,
@@ -106,7 +106,7 @@ def chunk_output_kernel(
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS", "NG", "S"))
-def chunk_output_segment_kernel(
+def chunk_fwd_output_segment_kernel(
     q,
     k,
     v,
@@ -143,7 +143,7 @@ def chunk_output_segment_kernel(
     batch row x state head) starts from ``seg_start [segments, H, K, V]``
     (float32, the state entering the segment) and walks the segment's
     chunks in visiting order; at each chunk it writes the output of every
-    query head of the group (the formula of :func:`chunk_output_kernel`,
+    query head of the group (the formula of :func:`chunk_fwd_output_kernel`,
     with products in the inputs' dtype: see below), then carries the
     ``[BK, BV]`` float32 state (``BK >= K``: all of it) over the chunk as
     chunk_fwd_state does.  A storing pass would write ``h`` (``K/BT`` times

@@ -8,10 +8,10 @@ stores the state entering each chunk and carries it on:
 
 Two launch shapes (core_triton/linear_attn/state_split.py chooses):
 
-* whole sequences, :func:`chunk_state_kernel`: one program per (K tile,
+* whole sequences, :func:`chunk_fwd_state_kernel`: one program per (K tile,
   V tile, sequence x state head) walks all of its sequence's chunks from
   the initial state;
-* segments, :func:`chunk_state_segment_kernel`: one program per (K x V
+* segments, :func:`chunk_fwd_state_segment_kernel`: one program per (K x V
   tile, segment slot, batch row x state head) walks one segment's chunks.
   With ``STORE_H`` False it starts from zero and stores only where the
   segment leaves the state and the segment's log decay (the sum of its
@@ -103,7 +103,7 @@ def state_walk(
 
 
 @jit(sizes=("T", "NT", "NS"))
-def chunk_state_kernel(
+def chunk_fwd_state_kernel(
     k,
     v,
     gc,
@@ -155,7 +155,7 @@ def chunk_state_kernel(
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS", "NG", "S"))
-def chunk_state_segment_kernel(
+def chunk_fwd_state_segment_kernel(
     k,
     v,
     gc,

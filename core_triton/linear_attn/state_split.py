@@ -13,14 +13,14 @@ so a run of chunks (a *segment*) maps the state entering it to
 zero start.  Three launches replace the walk:
 
 1. every segment from zero, in parallel: ``Delta`` and the summed log
-   decay (``chunk_state_segment_kernel`` with ``STORE_H`` False);
+   decay (``chunk_fwd_state_segment_kernel`` with ``STORE_H`` False);
 2. :func:`segment_carry_kernel`, one program per (tile, sequence x head):
    the state entering each segment, from the initial state, segment after
    segment (a short walk: a few dozen segments), and the final state;
 3. every segment again from its carried start, in parallel, storing the
    state entering each chunk (``STORE_H``); with float32 chunk states the
    forward computes the output there instead
-   (chunk_fwd_output.chunk_output_segment_kernel, no chunk state in
+   (chunk_fwd_output.chunk_fwd_output_segment_kernel, no chunk state in
    memory) and the backward stores the states.
 
 The backward's gradient pass is the same recurrence walked the other way

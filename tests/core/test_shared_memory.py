@@ -29,15 +29,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LIMIT = shared_memory.H100_SHARED_BYTES
 # Kernel function name -> the name _tiles and the model know it by.
 NAMES = {
-    "chunk_state_kernel": "chunk_state",
-    "chunk_output_kernel": "chunk_output",
-    "chunk_state_backward_kernel": "chunk_state_backward",
-    "chunk_backward_dv_kernel": "chunk_dv",
-    "chunk_backward_dqk_kernel": "chunk_dqk",
+    "chunk_fwd_state_kernel": "chunk_state",
+    "chunk_fwd_output_kernel": "chunk_output",
+    "chunk_bwd_state_kernel": "chunk_state_backward",
+    "chunk_bwd_dv_kernel": "chunk_dv",
+    "chunk_bwd_dqk_kernel": "chunk_dqk",
     # The state passes split over the sequence walk the same tiles.
-    "chunk_state_segment_kernel": "chunk_state",
-    "chunk_state_backward_segment_kernel": "chunk_state_backward",
-    "chunk_output_segment_kernel": "chunk_output_segment",
+    "chunk_fwd_state_segment_kernel": "chunk_state",
+    "chunk_bwd_state_segment_kernel": "chunk_state_backward",
+    "chunk_fwd_output_segment_kernel": "chunk_output_segment",
 }
 # Float32 inputs with 256-token chunks: the [256, 256] float32 scores take
 # 256 KiB of shared memory in output, dv and dqk whatever the tiles

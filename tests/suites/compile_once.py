@@ -25,13 +25,13 @@ KERNELS = {
                   reductions.reduce_partials_kernel, reductions.head_sum_kernel],
     # "chunk": the state passes split over the sequence (state_split.py);
     # "chunk_whole": not.
-    "chunk": [chunk_state.chunk_state_segment_kernel, state_split.segment_carry_kernel,
-              chunk_output.chunk_output_kernel, chunk_bwd_state.chunk_state_backward_segment_kernel,
-              chunk_bwd_dv.chunk_backward_dv_kernel, chunk_backward_dqk.chunk_backward_dqk_kernel,
+    "chunk": [chunk_state.chunk_fwd_state_segment_kernel, state_split.segment_carry_kernel,
+              chunk_output.chunk_fwd_output_kernel, chunk_bwd_state.chunk_bwd_state_segment_kernel,
+              chunk_bwd_dv.chunk_bwd_dv_kernel, chunk_backward_dqk.chunk_bwd_dqk_kernel,
               segment_cumsum.segment_cumsum_kernel, reductions.head_sum_kernel],
-    "chunk_whole": [chunk_state.chunk_state_kernel, chunk_output.chunk_output_kernel,
-                    chunk_bwd_state.chunk_state_backward_kernel, chunk_bwd_dv.chunk_backward_dv_kernel,
-                    chunk_backward_dqk.chunk_backward_dqk_kernel],
+    "chunk_whole": [chunk_state.chunk_fwd_state_kernel, chunk_output.chunk_fwd_output_kernel,
+                    chunk_bwd_state.chunk_bwd_state_kernel, chunk_bwd_dv.chunk_bwd_dv_kernel,
+                    chunk_backward_dqk.chunk_bwd_dqk_kernel],
     "global_cumsum": [segment_cumsum.segment_cumsum_kernel],
 }  # fmt: skip
 
