@@ -9,7 +9,7 @@ from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, contiguous_strides, next_power_of_2
-from core_triton.cumsum.scan_kernel import segment_cumsum_kernel
+from core_triton.cumsum.segment_cumsum import segment_cumsum_kernel
 
 # Tiles hold about this many float32 values: enough per load to keep a
 # Hopper SM busy, few enough to stay in registers.

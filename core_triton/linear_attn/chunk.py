@@ -66,7 +66,7 @@ from core_triton.linear_attn.chunk_bwd_state import (
 )
 from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_kernel, chunk_fwd_output_segment_kernel
 from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_kernel, chunk_fwd_state_segment_kernel
-from core_triton.linear_attn.state_split import segment_carry_kernel
+from core_triton.linear_attn.state_split import state_split_carry_kernel
 
 MIN_CHUNK = 16  # tl.dot needs every dimension >= 16
 MAX_CHUNK = 256  # a chunk's [BT, BT] score tile must fit in registers
@@ -335,7 +335,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
             seg = names[0]
             return tiled(
                 "chunk_state",
-                segment_carry_kernel,
+                state_split_carry_kernel,
                 state_grid,
                 params=(start, In(seg + "_delta"), In(seg + "_decay"), cu, co, T, NT, NS, NG, S),
                 outputs=(OutputSpec(seg_shape, "float32"), OutputSpec(state_shape, final_dtype)),

@@ -14,7 +14,7 @@ zero start.  Three launches replace the walk:
 
 1. every segment from zero, in parallel: ``Delta`` and the summed log
    decay (``chunk_fwd_state_segment_kernel`` with ``STORE_H`` False);
-2. :func:`segment_carry_kernel`, one program per (tile, sequence x head):
+2. :func:`state_split_carry_kernel`, one program per (tile, sequence x head):
    the state entering each segment, from the initial state, segment after
    segment (a short walk: a few dozen segments), and the final state;
 3. every segment again from its carried start, in parallel, storing the
@@ -110,7 +110,7 @@ def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int
 
 
 @jit(sizes=("T", "NT", "NS", "NG", "S"))
-def segment_carry_kernel(
+def state_split_carry_kernel(
     start,
     seg_delta,
     seg_decay,

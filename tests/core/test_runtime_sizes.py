@@ -132,7 +132,7 @@ def test_one_specialisation_for_every_size(op, packed):
     for (kernel, nth), sigs in seen.items():
         assert len(sigs) == 1, f"{op}: {kernel} (launch {nth}) specialises differently: {sorted(sigs)}"
     if op.startswith("chunk") and packed:
-        assert ("segment_carry_kernel", 0) in seen, "no size exercised the split state passes"
+        assert ("state_split_carry_kernel", 0) in seen, "no size exercised the split state passes"
 
 
 def test_flash_lengths_are_run_time_sizes():

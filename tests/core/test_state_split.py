@@ -5,7 +5,7 @@ behind its constants made, checked on the plans as the H100 gets them."""
 from core_triton.common.launch import TensorInfo
 from core_triton.common.utils import contiguous_strides
 from core_triton.linear_attn import chunk
-from core_triton.linear_attn.state_split import segment_carry_kernel, segment_chunks
+from core_triton.linear_attn.state_split import segment_chunks, state_split_carry_kernel
 
 H100 = 132
 
@@ -31,7 +31,7 @@ def test_plans_split_at_batch_one_and_long_sequences():
         p = chunk.plans(q, q, q, g, cu_seqlens=cu)
         return [s.kernel for s in (*p.forward, *p.backward)]
 
-    assert launches(1, 32768).count(segment_carry_kernel) == 2  # forward and backward
-    assert segment_carry_kernel not in launches(4, 4096)
-    assert segment_carry_kernel not in launches(1, 32768, _info((17,), "int32"))  # 16 documents
-    assert launches(1, 32768, _info((2,), "int32")).count(segment_carry_kernel) == 2  # one
+    assert launches(1, 32768).count(state_split_carry_kernel) == 2  # forward and backward
+    assert state_split_carry_kernel not in launches(4, 4096)
+    assert state_split_carry_kernel not in launches(1, 32768, _info((17,), "int32"))  # 16 documents
+    assert launches(1, 32768, _info((2,), "int32")).count(state_split_carry_kernel) == 2  # one

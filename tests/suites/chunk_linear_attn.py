@@ -59,13 +59,13 @@ def is_split(plans, fused_output=True) -> bool:
     and backward, with the forward's output from the segments' start
     states (``fused_output``) or from stored chunk states."""
     from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
-    from core_triton.linear_attn.state_split import segment_carry_kernel
+    from core_triton.linear_attn.state_split import state_split_carry_kernel
 
     def runs(steps, kernel):
         return any(p.kernel is kernel for p in steps)
 
     fused = runs(plans.forward, chunk_fwd_output_segment_kernel)
-    carries = runs(plans.forward, segment_carry_kernel) and runs(plans.backward, segment_carry_kernel)
+    carries = runs(plans.forward, state_split_carry_kernel) and runs(plans.backward, state_split_carry_kernel)
     return carries and fused == fused_output
 
 

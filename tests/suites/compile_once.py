@@ -13,7 +13,7 @@ import pytest
 
 from core_triton.common import reductions
 from core_triton.common.runtime import interpreter_requested
-from core_triton.cumsum import scan_kernel as segment_cumsum
+from core_triton.cumsum import segment_cumsum
 from core_triton.linear_attn import chunk_bwd_dqk as chunk_backward_dqk
 from core_triton.linear_attn import chunk_bwd_dv, chunk_bwd_state, recurrent_bwd, recurrent_fwd, state_split
 from core_triton.linear_attn import chunk_fwd_output as chunk_output
@@ -25,7 +25,7 @@ KERNELS = {
                   reductions.reduce_partials_kernel, reductions.head_sum_kernel],
     # "chunk": the state passes split over the sequence (state_split.py);
     # "chunk_whole": not.
-    "chunk": [chunk_state.chunk_fwd_state_segment_kernel, state_split.segment_carry_kernel,
+    "chunk": [chunk_state.chunk_fwd_state_segment_kernel, state_split.state_split_carry_kernel,
               chunk_output.chunk_fwd_output_kernel, chunk_bwd_state.chunk_bwd_state_segment_kernel,
               chunk_bwd_dv.chunk_bwd_dv_kernel, chunk_backward_dqk.chunk_bwd_dqk_kernel,
               segment_cumsum.segment_cumsum_kernel, reductions.head_sum_kernel],
