@@ -190,12 +190,12 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     normalize = steps.normalize(a)
 
     def intra_plan(store_bwd):
-        # The forward of scalar (or no) gates keeps G in registers (and P
+        # The forward keeps G in registers (and, for scalar or no gates, P
         # too without P_IN_INTRA); the backward, which runs this again,
         # needs both whole.
         scratch = OutputSpec((1,), "float32")
-        full_g = store_bwd or a.gate == VECTOR_GATE
-        full_p = full_g or _tiles("intra", K, V, interpreted, a.gate)["STORE_P"]
+        full_g = store_bwd
+        full_p = full_g or a.gate == VECTOR_GATE or _tiles("intra", K, V, interpreted, a.gate)["STORE_P"]
         return tiled(
             "intra",
             delta_chunk_intra_kernel,

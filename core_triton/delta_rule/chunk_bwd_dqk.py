@@ -25,8 +25,9 @@ cumsum kernel); for ``g`` the kernel sums it per token directly
 One program per (K tile, chunk slot, batch row x value head), one block of
 ``BC`` rows at a time: the rows' own side (columns at or before them) and
 the column side (rows at or after them).  Scalar gates form ``E`` per block
-pair; per-channel gates go through each row block's first row
-(chunk_common.py) and sum diagonal blocks column by column.
+pair; per-channel gates go through each row block's first row, and
+diagonal blocks through their middle row where the decays allow it, else
+column by column (chunk_common.py).
 
 Outputs: ``dq``, ``dk`` ``[G, B*T, HK, K]`` float32 (one part per value
 head of a key head's group, summed by a reduction launch); for scalar
@@ -41,7 +42,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import rows_tile
+from core_triton.delta_rule.chunk_common import diagonal_split, rows_tile
 
 
 @triton.jit
@@ -116,6 +117,9 @@ def delta_chunk_bwd_dqk_kernel(
         acc_q = tl.zeros([BC, BK], dtype=tl.float32)
         acc_p = tl.zeros([BC, BK], dtype=tl.float32)
         acc_m = tl.zeros([BC, BK], dtype=tl.float32)
+        if GATE == 2:
+            # The diagonal block's decays as products, where they fit.
+            fits, _, e_d, f_d = diagonal_split(gc, b_bx, m_x, ts, te, X, i_h, HV, K, BC, o_k, m_k)
         # The rows' own side: blocks J <= X.
         for J in tl.static_range(NC):
             if J <= X:
@@ -134,6 +138,12 @@ def delta_chunk_bwd_dqk_kernel(
                         e_x = tl.exp(tl.where(m_x[:, None], b_bx - b_br[None, :], 0.0))
                         acc_q += dot(b_dp, b_kj, PREC) * e_x
                         acc_p += dot(b_dg, b_kj, PREC) * e_x
+                    elif fits:
+                        # exp(b_x - b_j) = e[x] * f[j] (chunk_common.diagonal_split).
+                        low = m_x[:, None] & m_x[None, :] & (o_c[:, None] > o_c[None, :])
+                        b_kf = b_kx * f_d
+                        acc_q += dot(tl.where(low, b_dp, 0.0), b_kf, PREC) * e_d
+                        acc_p += dot(tl.where(low, b_dg, 0.0), b_kf, PREC) * e_d
                     else:
                         for jj in range(0, BC):
                             row_j = ts + J * BC + jj
@@ -182,6 +192,13 @@ def delta_chunk_bwd_dqk_kernel(
                         b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * e_i
                         e_x = tl.exp(tl.where(m_x[:, None], b_br[None, :] - b_bx, 0.0))
                         acc_m += (dot(b_dpt, b_qi, PREC) + dot(b_dgt, b_ki, PREC)) * e_x
+                    elif fits:
+                        # exp(b_i - b_x) = e[i] * f[x]: (x, i) pairs with i > x.
+                        up = m_x[:, None] & m_x[None, :] & (o_c[:, None] < o_c[None, :])
+                        acc_m += (
+                            dot(tl.where(up, b_dpt, 0.0), b_qx * e_d, PREC)
+                            + dot(tl.where(up, b_dgt, 0.0), b_kx * e_d, PREC)
+                        ) * f_d
                     else:
                         for ii in range(0, BC):
                             row_i = ts + I * BC + ii

@@ -16,8 +16,12 @@ overflows for strong gates.  Per-channel gates cannot factor the pairwise
 product ``sum_k a_i[k] c_j[k] exp(b_i[k] - b_j[k])`` into one matrix
 product; blocks of ``BC`` rows do: for rows of block ``I`` and columns of
 an earlier block, through the log decay ``b_r`` of block ``I``'s first
-row, ``exp(b_i - b_r) * exp(b_r - b_j)`` (both at most 1); the diagonal
-blocks are summed column by column.
+row, ``exp(b_i - b_r) * exp(b_r - b_j)`` (both at most 1).  The diagonal
+blocks go through their middle row ``m`` the same way (diagonal_split):
+``exp(b_i - b_m)`` then lies on both sides of 1, so only where every
+``|b_i - b_m|`` of the block's K tile is at most ``DIAG_SPLIT`` (both
+factors normal float32 numbers, their products finite); a block with
+stronger decays is summed column by column, exactly as before.
 """
 
 import triton
@@ -25,6 +29,14 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.sequences import sequence_chunks
+
+# The largest |b_i - b_m| a diagonal block takes as a product through its
+# middle row: exp(+-60) lies well inside float32's normal range (exp(+-87)),
+# so the factors and the products of the kept (i >= j) pairs neither
+# overflow nor lose precision to subnormals.  Decays of about 7.5 a token in
+# some channel (over half a 16-row block) pass it; those blocks take the
+# column loop.
+DIAG_SPLIT = tl.constexpr(60.0)
 
 
 @triton.jit
@@ -39,6 +51,23 @@ def rows_tile_t(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
     """The same tile transposed, ``[len(o_d), len(o_t)]``, loaded as such
     (no ``tl.trans`` of a product: see linear_attn/chunk_bwd_dqk.py)."""
     return tl.load(p + (o_t[None, :] * H + i_h) * D + o_d[:, None], mask=m_d[:, None] & m_t[None, :], other=0)
+
+
+@triton.jit
+def diagonal_split(gc, b_b, m_t, ts, te, I: tl.constexpr, i_h, HV: tl.constexpr, K: tl.constexpr,
+                   BC: tl.constexpr, o_k, m_k):  # fmt: skip
+    """For the diagonal block ``I`` of a chunk (rows ``m_t`` of it inside the
+    chunk, their log decays ``b_b [BC, BK]`` on this K tile): ``(fits, b_m,
+    e, f)`` with ``b_m [BK]`` the log decay of the block's middle row (kept
+    inside the chunk), ``e = exp(b_t - b_m)`` and ``f = exp(b_m - b_t)``
+    ``[BC, BK]`` (1 past the chunk's end), so that ``e_i * f_j = exp(b_i -
+    b_j)``; ``fits``: every ``|b_t - b_m|`` is at most ``DIAG_SPLIT``, else
+    the factors (clamped there) are not to be used."""
+    r = tl.minimum(ts + I * BC + BC // 2, te - 1)
+    b_m = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
+    d = tl.where(m_t[:, None], b_b - b_m[None, :], 0.0)
+    fits = tl.max(tl.max(tl.abs(d), axis=1), axis=0) <= DIAG_SPLIT
+    return fits, b_m, tl.exp(tl.minimum(d, DIAG_SPLIT)), tl.exp(tl.minimum(-d, DIAG_SPLIT))
 
 
 @triton.jit

@@ -19,12 +19,14 @@ the chunk's Householder-like factors; chunk_fwd_state.py carries ``S``).
 One program per (chunk slot, batch row x value head), in two phases:
 
 A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
-   their decays need the blocks) -> ``aqk``, ``gkk``, read back in blocks
-   after a barrier (each program reads only what it wrote).  Scalar (or
-   no) gates: in the backward (``STORE_BWD``), whole-chunk products ->
-   ``aqk``, ``gkk``, read back the same way; in the forward, ``G``'s
-   blocks straight from ``k``'s, and ``P`` whole -> ``aqk`` (``STORE_P``;
-   without it the output kernel forms ``P`` itself);
+   their decays need the blocks); in the backward (``STORE_BWD``) ->
+   ``aqk``, ``gkk``, read back in blocks after a barrier (each program
+   reads only what it wrote), in the forward each block pair as phase B
+   takes it, ``P``'s -> ``aqk``, ``G``'s kept in registers.  Scalar (or
+   no) gates: in the backward, whole-chunk products -> ``aqk``, ``gkk``,
+   read back the same way; in the forward, ``G``'s blocks straight from
+   ``k``'s, and ``P`` whole -> ``aqk`` (``STORE_P``; without it the output
+   kernel forms ``P`` itself);
 B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
    4): the diagonal blocks by forward substitution (float32 inputs) or
    repeated squaring (half inputs: chunk_common.unit_lower_inverse), then
@@ -44,7 +46,37 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t, unit_lower_inverse
+from core_triton.delta_rule.chunk_common import (
+    DIAG_SPLIT,
+    diagonal_split,
+    rows_tile,
+    rows_tile_t,
+    unit_lower_inverse,
+)
+
+
+@triton.jit
+def diagonal_columns(
+    q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
+    J: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_i,
+):  # fmt: skip
+    """``acc_q``, ``acc_k`` plus diagonal block ``J``'s ``P`` and ``G`` on
+    this K tile, summed column by column (``exp(b_i - b_j)`` per channel
+    formed for rows ``i >= j`` only): the blocks whose decays are too strong
+    for chunk_common.diagonal_split."""
+    o_c = tl.arange(0, BC)
+    # Column by column: exp(b_i - b_j) per channel, rows i >= j.
+    for jj in range(0, BC):
+        row_j = ts + J * BC + jj
+        m_kj = o_k < tl.where(row_j < te, K, 0)  # (a vector test: the interpreter refuses a scalar in a mask)
+        b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
+        b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
+        seen = (o_c >= jj) & m_i
+        e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
+        col = o_c[None, :] == jj
+        acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+        acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+    return acc_q, acc_k
 
 
 @triton.jit
@@ -91,19 +123,17 @@ def gram_block(
         b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
         if I == J:
-            # Column by column: exp(b_i - b_j) per channel, rows i >= j.
-            for jj in range(0, BC):
-                row_j = ts + J * BC + jj
-                m_kj = o_k < tl.where(
-                    row_j < te, K, 0
-                )  # (a vector test: the interpreter refuses a scalar in a mask)
-                b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
-                b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
-                seen = (o_c >= jj) & m_i
-                e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
-                col = o_c[None, :] == jj
-                acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
-                acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+            fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
+            if fits:
+                # f transposed, from transposed loads (no tl.trans in registers).
+                b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
+                f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
+                b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
+                acc_q += dot(b_q * e_i, b_kjt, PREC)
+                acc_k += dot(b_ki * e_i, b_kjt, PREC)
+            else:
+                acc_q, acc_k = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
+                                                J, HK, HV, K, BC, o_k, m_i)  # fmt: skip
         else:
             b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
             e_i = tl.exp(tl.where(m_i[:, None], b_bi - b_br[None, :], 0.0))
@@ -142,8 +172,10 @@ def l_block(
 
 @triton.jit
 def l_of(
+    q,
     k,
     gkk,
+    aqk,
     beta,
     gc,
     ts,
@@ -163,10 +195,17 @@ def l_of(
     PREC: tl.constexpr,
 ):
     """Block ``(I, J)`` (``J <= I``) of ``L = diag(beta) G``, ``[BC, BC]``
-    float32, 0 past the chunk's end: read from ``gkk``, or (scalar or no
-    gates) its own product of ``k``'s blocks."""
+    float32, 0 past the chunk's end: read from ``gkk``; or (per-channel
+    gates, forward) formed here with ``P``'s block, which goes to ``aqk``;
+    or (scalar or no gates) its own product of ``k``'s blocks."""
     if FROM_GKK:
         out = l_block(gkk, beta, ts, te, i_h, I, J, HV, BT, BC)
+    elif GATE == 2:
+        blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
+        store_block(aqk, blk_q, ts, te, i_h, I, J, HV, BT, BC)
+        o_i = ts + I * BC + tl.arange(0, BC)
+        b_beta = tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)
+        out = blk_k * b_beta[:, None]
     else:
         o_c = tl.arange(0, BC)
         o_i = ts + I * BC + o_c
@@ -245,7 +284,7 @@ def delta_chunk_intra_kernel(
     NC: tl.constexpr = BT // BC
     # L's blocks come back from gkk (per-channel gates, and the backward,
     # which needs G whole), or straight from K's blocks (scalar gates).
-    FROM_GKK: tl.constexpr = GATE == 2 or STORE_BWD
+    FROM_GKK: tl.constexpr = STORE_BWD
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // HV
@@ -266,12 +305,16 @@ def delta_chunk_intra_kernel(
             for J in tl.static_range(NC):
                 p_blk = (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
                 if J <= I:
-                    blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
+                    if STORE_BWD:
+                        blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
+                        tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
+                        tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
                 else:
-                    blk_q = tl.zeros([BC, BC], dtype=tl.float32)
-                    blk_k = tl.zeros([BC, BC], dtype=tl.float32)
-                tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
-                tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
+                    # (the forward's blocks at or below the diagonal: l_of)
+                    zero = tl.zeros([BC, BC], dtype=tl.float32)
+                    tl.store(aqk + p_blk, zero, mask=m_i[:, None])
+                    if STORE_BWD:
+                        tl.store(gkk + p_blk, zero, mask=m_i[:, None])
     elif STORE_BWD or STORE_P:
         # Scalar (or no) gates factor out of the sums: the whole chunk in
         # two products per K tile, then exp(b_i - b_j) on the lower triangle
@@ -305,31 +348,51 @@ def delta_chunk_intra_kernel(
 
     # B: Tinv's blocks in registers (the names: block row, block column).
     t00 = unit_lower_inverse(
-        l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC), BC, IEEE
+        l_of(q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+        BC,
+        IEEE,
     )
     if NC > 1:
-        l10 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l10 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
         t11 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            l_of(
+                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            ),
             BC,
             IEEE,
         )
         t10 = -dot(t11, dot(l10, t00, "ieee"), "ieee")
     if NC > 2:
-        l20 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        l21 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l20 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
+        l21 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
         t22 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            l_of(
+                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            ),
             BC,
             IEEE,
         )
         t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
         t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
-        l30 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        l31 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        l32 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        l30 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
+        l31 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
+        l32 = l_of(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
         t33 = unit_lower_inverse(
-            l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
+            l_of(
+                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            ),
             BC,
             IEEE,
         )

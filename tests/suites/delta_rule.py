@@ -221,12 +221,16 @@ class DeltaRuleSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gate="g", packed=True, cu=[0, 0, 30, 30], seed=5)
         check_case(self.fw, self._fn(mode), x, cu, cots)
 
-    @pytest.mark.parametrize("gate", ["g", "gk"])
-    def test_strong_decays(self, gate):
+    @pytest.mark.parametrize("gate,strength", [("g", -4.0), ("gk", -4.0), ("gk", -9.0)])
+    def test_strong_decays(self, gate, strength):
         self._kernel_level()
         # Decays near exp(-4) a token: over a 64-token chunk exp(-b) would
-        # be exp(256), past float32; the kernels only form exp(b_i - b_j <= 0).
-        x, cu, cots = make_case(self.fw, gate=gate, B=1, T=130, strength=-4.0, seed=6)
+        # be exp(256), past float32; the kernels only form exp(b_i - b_j <=
+        # 0), or (gk's diagonal blocks) products through the block's middle
+        # row, whose factors stay within exp(+-60).  Near exp(-9) a token
+        # most of gk's diagonal blocks pass that bound (half a block: 72)
+        # and take the column loop, some do not (logsigmoid's spread).
+        x, cu, cots = make_case(self.fw, gate=gate, B=1, T=130, strength=strength, seed=6)
         check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     def test_modes_agree(self):
