@@ -77,9 +77,14 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         # inside one), the per-channel blocks' products more (H100, B4 T4k
         # HV32 K=V=128 bf16: scalar gates 0.60 ms with 2 warps, 0.72 with 1,
         # 0.79 with 4, while it still formed P and G whole (0.39 ms since);
-        # per-channel 3.0 ms with 4, 3.3 with 2).
+        # per-channel 1.53 ms with 4, 2.22 with 2, 2.42 with 8, and with
+        # K tiles of 32 1.33, of 128 3.07: the block row's tiles and factors
+        # stay in registers without spilling).
         "intra": dict(
-            BK=min(kp, 64), num_warps=4 if gate == VECTOR_GATE else 2, num_stages=1, STORE_P=P_IN_INTRA
+            BK=min(kp, 32 if gate == VECTOR_GATE else 64),
+            num_warps=4 if gate == VECTOR_GATE else 2,
+            num_stages=1,
+            STORE_P=P_IN_INTRA,
         ),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),

@@ -80,40 +80,42 @@ def diagonal_columns(
 
 
 @triton.jit
-def gram_block(
-    q,
-    k,
-    gc,
-    ts,
-    te,
-    i_h,
-    i_hk,
-    I: tl.constexpr,
-    J: tl.constexpr,
-    HK: tl.constexpr,
-    HV: tl.constexpr,
-    K: tl.constexpr,
-    BC: tl.constexpr,
-    BK: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    """Block ``(I, J)`` (``J <= I``) of ``P`` (diagonal included) and of
-    ``G`` (strictly lower), ``[BC, BC]`` float32 each, for per-channel
-    gates (scalar gates take the whole chunk at once in the kernel)."""
+def kept(blk_p, blk_g, m_i, ts, te, I: tl.constexpr, J: tl.constexpr, BC: tl.constexpr):
+    """Blocks ``(I, J)`` of ``P`` and ``G`` with 0 past the chunk's end and,
+    on the diagonal, above it (``P``) or from it on (``G``)."""
+    o_c = tl.arange(0, BC)
+    keep = m_i[:, None] & ((ts + J * BC + o_c) < te)[None, :]
+    keep_p = keep
+    keep_g = keep
+    if I == J:
+        keep_p = keep & (o_c[:, None] >= o_c[None, :])
+        keep_g = keep & (o_c[:, None] > o_c[None, :])
+    return tl.where(keep_p, blk_p, 0.0), tl.where(keep_g, blk_g, 0.0)
+
+
+@triton.jit
+def gram_row(
+    q, k, gc, ts, te, i_h, i_hk,
+    I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+    BK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Block row ``I`` of ``P`` (diagonal included) and of ``G`` (strictly
+    lower) for per-channel gates: ``(p0, p1, p2, p3, g0, g1, g2, g3)``, the
+    ``[BC, BC]`` float32 blocks of columns ``J`` (0 for ``J > I`` and past
+    the chunk's end).  Row block ``I``'s tiles are loaded, and scaled by the
+    decay from its first row, once per K tile for all its blocks ``J < I``
+    (scalar gates take the whole chunk at once in the kernel)."""
     o_c = tl.arange(0, BC)
     o_i = ts + I * BC + o_c
-    o_j = ts + J * BC + o_c
     m_i = o_i < te
-    m_j = o_j < te
-    valid = m_i[:, None] & m_j[None, :]
-    if I == J:
-        keep_q = valid & (o_c[:, None] >= o_c[None, :])
-        keep_k = valid & (o_c[:, None] > o_c[None, :])
-    else:
-        keep_q = valid
-        keep_k = valid
-    acc_q = tl.zeros([BC, BC], dtype=tl.float32)
-    acc_k = tl.zeros([BC, BC], dtype=tl.float32)
+    p0 = tl.zeros([BC, BC], dtype=tl.float32)
+    p1 = tl.zeros([BC, BC], dtype=tl.float32)
+    p2 = tl.zeros([BC, BC], dtype=tl.float32)
+    p3 = tl.zeros([BC, BC], dtype=tl.float32)
+    g0 = tl.zeros([BC, BC], dtype=tl.float32)
+    g1 = tl.zeros([BC, BC], dtype=tl.float32)
+    g2 = tl.zeros([BC, BC], dtype=tl.float32)
+    g3 = tl.zeros([BC, BC], dtype=tl.float32)
     # Block I's first row (the chunk's last when block I lies past it).
     r = tl.minimum(ts + I * BC, te - 1)
     for i_k in range(0, tl.cdiv(K, BK)):
@@ -122,29 +124,61 @@ def gram_block(
         b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-        if I == J:
-            fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
-            if fits:
-                # f transposed, from transposed loads (no tl.trans in registers).
-                b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-                f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
-                b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
-                acc_q += dot(b_q * e_i, b_kjt, PREC)
-                acc_k += dot(b_ki * e_i, b_kjt, PREC)
-            else:
-                acc_q, acc_k = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
-                                                J, HK, HV, K, BC, o_k, m_i)  # fmt: skip
-        else:
+        if I > 0:
+            # Earlier blocks J: exp(b_i - b_r) * exp(b_r - b_j), both at most 1.
             b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
             e_i = tl.exp(tl.where(m_i[:, None], b_bi - b_br[None, :], 0.0))
-            b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
-            b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
-            b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
-            acc_q += dot(b_q * e_i, b_kjt, PREC)
-            acc_k += dot(b_ki * e_i, b_kjt, PREC)
-    acc_q = tl.where(keep_q, acc_q, 0.0)
-    acc_k = tl.where(keep_k, acc_k, 0.0)
-    return acc_q, acc_k
+            b_qe = b_q * e_i
+            b_ke = b_ki * e_i
+            for J in tl.static_range(3):
+                if J < I:
+                    o_j = ts + J * BC + o_c
+                    m_j = o_j < te
+                    b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
+                    b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
+                    b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
+                    c_q = dot(b_qe, b_kjt, PREC)
+                    c_k = dot(b_ke, b_kjt, PREC)
+                    if J == 0:
+                        p0 += c_q
+                        g0 += c_k
+                    elif J == 1:
+                        p1 += c_q
+                        g1 += c_k
+                    else:
+                        p2 += c_q
+                        g2 += c_k
+        # The diagonal block.
+        c_q = tl.zeros([BC, BC], dtype=tl.float32)
+        c_k = tl.zeros([BC, BC], dtype=tl.float32)
+        fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
+        if fits:
+            # f transposed, from transposed loads (no tl.trans in registers).
+            b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
+            f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
+            b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
+            c_q = dot(b_q * e_i, b_kjt, PREC)
+            c_k = dot(b_ki * e_i, b_kjt, PREC)
+        else:
+            c_q, c_k = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, c_q, c_k, ts, te, i_h, i_hk,
+                                        I, HK, HV, K, BC, o_k, m_i)  # fmt: skip
+        if I == 0:
+            p0 += c_q
+            g0 += c_k
+        elif I == 1:
+            p1 += c_q
+            g1 += c_k
+        elif I == 2:
+            p2 += c_q
+            g2 += c_k
+        else:
+            p3 += c_q
+            g3 += c_k
+    p0, g0 = kept(p0, g0, m_i, ts, te, I, 0, BC)
+    p1, g1 = kept(p1, g1, m_i, ts, te, I, 1, BC)
+    p2, g2 = kept(p2, g2, m_i, ts, te, I, 2, BC)
+    p3, g3 = kept(p3, g3, m_i, ts, te, I, 3, BC)
+    return p0, p1, p2, p3, g0, g1, g2, g3
 
 
 @triton.jit
@@ -172,10 +206,8 @@ def l_block(
 
 @triton.jit
 def l_of(
-    q,
     k,
     gkk,
-    aqk,
     beta,
     gc,
     ts,
@@ -195,17 +227,10 @@ def l_of(
     PREC: tl.constexpr,
 ):
     """Block ``(I, J)`` (``J <= I``) of ``L = diag(beta) G``, ``[BC, BC]``
-    float32, 0 past the chunk's end: read from ``gkk``; or (per-channel
-    gates, forward) formed here with ``P``'s block, which goes to ``aqk``;
-    or (scalar or no gates) its own product of ``k``'s blocks."""
+    float32, 0 past the chunk's end: read from ``gkk``, or (scalar or no
+    gates) its own product of ``k``'s blocks."""
     if FROM_GKK:
         out = l_block(gkk, beta, ts, te, i_h, I, J, HV, BT, BC)
-    elif GATE == 2:
-        blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
-        store_block(aqk, blk_q, ts, te, i_h, I, J, HV, BT, BC)
-        o_i = ts + I * BC + tl.arange(0, BC)
-        b_beta = tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)
-        out = blk_k * b_beta[:, None]
     else:
         o_c = tl.arange(0, BC)
         o_i = ts + I * BC + o_c
@@ -230,6 +255,46 @@ def l_of(
         b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
         out = acc * tl.exp(tl.where(keep, diff, float("-inf"))) * b_beta[:, None]
     return out
+
+
+@triton.jit
+def l_row(
+    q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk,
+    I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+    BC: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr, FROM_GKK: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    """Block row ``I`` of ``L = diag(beta) G``: its ``[BC, BC]`` blocks of
+    columns 0 to 3 (0 for ``J > I``).  Per-channel gates in the forward form
+    the row here (gram_row), and store ``P``'s blocks to ``aqk``."""
+    zero = tl.zeros([BC, BC], dtype=tl.float32)
+    l0 = zero
+    l1 = zero
+    l2 = zero
+    l3 = zero
+    if GATE == 2 and not FROM_GKK:
+        p0, p1, p2, p3, g0, g1, g2, g3 = gram_row(q, k, gc, ts, te, i_h, i_hk, I, HK, HV, K, BC, BK, PREC)
+        o_i = ts + I * BC + tl.arange(0, BC)
+        b_beta = tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)[:, None]
+        store_block(aqk, p0, ts, te, i_h, I, 0, HV, BT, BC)
+        l0 = g0 * b_beta
+        if I >= 1:
+            store_block(aqk, p1, ts, te, i_h, I, 1, HV, BT, BC)
+            l1 = g1 * b_beta
+        if I >= 2:
+            store_block(aqk, p2, ts, te, i_h, I, 2, HV, BT, BC)
+            l2 = g2 * b_beta
+        if I >= 3:
+            store_block(aqk, p3, ts, te, i_h, I, 3, HV, BT, BC)
+            l3 = g3 * b_beta
+    else:
+        l0 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        if I >= 1:
+            l1 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        if I >= 2:
+            l2 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+        if I >= 3:
+            l3 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+    return l0, l1, l2, l3
 
 
 @triton.jit
@@ -295,26 +360,28 @@ def delta_chunk_intra_kernel(
     )
     if te <= ts:
         return  # a spare slot of packed input
-    o_c = tl.arange(0, BC)
 
     # A: the decayed scores P -> aqk and Gram matrix G -> gkk.
     if GATE == 2:
         for I in tl.static_range(NC):
-            o_i = ts + I * BC + o_c
-            m_i = o_i < te
-            for J in tl.static_range(NC):
-                p_blk = (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :]
-                if J <= I:
-                    if STORE_BWD:
-                        blk_q, blk_k = gram_block(q, k, gc, ts, te, i_h, i_hk, I, J, HK, HV, K, BC, BK, PREC)
-                        tl.store(aqk + p_blk, blk_q, mask=m_i[:, None])
-                        tl.store(gkk + p_blk, blk_k, mask=m_i[:, None])
-                else:
-                    # (the forward's blocks at or below the diagonal: l_of)
-                    zero = tl.zeros([BC, BC], dtype=tl.float32)
-                    tl.store(aqk + p_blk, zero, mask=m_i[:, None])
-                    if STORE_BWD:
-                        tl.store(gkk + p_blk, zero, mask=m_i[:, None])
+            if STORE_BWD:
+                p0, p1, p2, p3, g0, g1, g2, g3 = gram_row(
+                    q, k, gc, ts, te, i_h, i_hk, I, HK, HV, K, BC, BK, PREC
+                )
+                store_block(aqk, p0, ts, te, i_h, I, 0, HV, BT, BC)
+                store_block(gkk, g0, ts, te, i_h, I, 0, HV, BT, BC)
+                if NC > 1:
+                    store_block(aqk, p1, ts, te, i_h, I, 1, HV, BT, BC)
+                    store_block(gkk, g1, ts, te, i_h, I, 1, HV, BT, BC)
+                if NC > 2:
+                    store_block(aqk, p2, ts, te, i_h, I, 2, HV, BT, BC)
+                    store_block(gkk, g2, ts, te, i_h, I, 2, HV, BT, BC)
+                    store_block(aqk, p3, ts, te, i_h, I, 3, HV, BT, BC)
+                    store_block(gkk, g3, ts, te, i_h, I, 3, HV, BT, BC)
+            else:
+                # (the forward's blocks at or below the diagonal: l_row)
+                for J in tl.static_range(I + 1, NC):
+                    store_block(aqk, tl.zeros([BC, BC], dtype=tl.float32), ts, te, i_h, I, J, HV, BT, BC)
     elif STORE_BWD or STORE_P:
         # Scalar (or no) gates factor out of the sums: the whole chunk in
         # two products per K tile, then exp(b_i - b_j) on the lower triangle
@@ -347,55 +414,27 @@ def delta_chunk_intra_kernel(
         tl.debug_barrier()
 
     # B: Tinv's blocks in registers (the names: block row, block column).
-    t00 = unit_lower_inverse(
-        l_of(q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 0, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC),
-        BC,
-        IEEE,
+    l00, _, _, _ = l_row(
+        q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
     )
+    t00 = unit_lower_inverse(l00, BC, IEEE)
     if NC > 1:
-        l10 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        l10, l11, _, _ = l_row(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
         )
-        t11 = unit_lower_inverse(
-            l_of(
-                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-            ),
-            BC,
-            IEEE,
-        )
+        t11 = unit_lower_inverse(l11, BC, IEEE)
         t10 = -dot(t11, dot(l10, t00, "ieee"), "ieee")
     if NC > 2:
-        l20 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        l20, l21, l22, _ = l_row(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
         )
-        l21 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        t22 = unit_lower_inverse(
-            l_of(
-                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-            ),
-            BC,
-            IEEE,
-        )
+        t22 = unit_lower_inverse(l22, BC, IEEE)
         t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
         t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
-        l30 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        l30, l31, l32, l33 = l_row(
+            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
         )
-        l31 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        l32 = l_of(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        t33 = unit_lower_inverse(
-            l_of(
-                q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-            ),
-            BC,
-            IEEE,
-        )
+        t33 = unit_lower_inverse(l33, BC, IEEE)
         t32 = -dot(t33, dot(l32, t22, "ieee"), "ieee")
         t31 = -dot(t33, dot(l31, t11, "ieee") + dot(l32, t21, "ieee"), "ieee")
         t30 = -dot(t33, dot(l30, t00, "ieee") + dot(l31, t10, "ieee") + dot(l32, t20, "ieee"), "ieee")
