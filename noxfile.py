@@ -54,12 +54,14 @@ def lint(session):
 # The PyTorch binding's run: tests/core (framework-free, and its PyTorch
 # parts; the parts that exercise the JAX binding are marked jax) and
 # tests/torch.
-_TORCH_RUN = ("pytest", "-n", "2", "--durations=25", "-m", "not jax", "tests/core", "tests/torch")
+_TORCH_RUN = (
+    "pytest", "-n", "2", "--dist", "worksteal", "--durations=25", "-m", "not jax", "tests/core", "tests/torch",
+)  # fmt: skip
 # The JAX binding's run, and both bindings together (tests/cross: DLPack
 # hand-over, bit-identical outputs and gradients, the README's examples):
 # of tests/core only what exercises the JAX binding.
 _JAX_RUN = (
-    "pytest", "-n", "2", "--durations=25", "-m", "jax or not core", "tests/core", "tests/jax", "tests/cross",
+    "pytest", "-n", "2", "--dist", "worksteal", "--durations=25", "-m", "jax or not core", "tests/core", "tests/jax", "tests/cross",
 )  # fmt: skip
 
 

@@ -25,6 +25,10 @@ CU_SEQLENS = [0, 17, 17, 50, 61]
 GATE_SETS = [(), ("g",), ("g_gamma",), ("g", "g_gamma")]
 MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True]))
 SMALL = dict(B=2, T=40, HQ=4, H=2, K=20, V=12, cu=CU_SEQLENS)
+# What a binding whose kernel_cases is False runs of MATRIX: each gate set
+# once, reverse and packed each both ways.
+_BINDING_COMBOS = [(False, False), (True, True), (False, True), (True, False)]
+BINDING_MATRIX = [(gates, *combo) for gates, combo in zip(GATE_SETS, _BINDING_COMBOS, strict=True)]
 
 
 # The split state passes (core_triton/linear_attn/state_split.py), forced
@@ -107,6 +111,7 @@ class ChunkLinearAttnSuite(KernelLevelCases):
 
     @pytest.mark.parametrize("case", MATRIX, ids=_ids)
     def test_matches_reference(self, case):
+        self._kernel_level(tuple(case) in BINDING_MATRIX)
         gates, reverse, packed = case
         x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, **SMALL)
         check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)

@@ -9,16 +9,26 @@ import pytest
 
 from core_triton.linear_attn.naive import lightning_g_gamma
 from tests.reference import assert_close
+from tests.suites.kernel_level import KernelLevelCases
 from tests.suites.recurrent import check_case, make_case
 
 MATRIX = list(itertools.product(["chunk", "recurrent"], [False, True], [False, True]))
+# What a binding whose kernel_cases is False runs: each mode with reverse and
+# packed each both ways.
+BINDING_MATRIX = [
+    ("chunk", False, False),
+    ("chunk", True, True),
+    ("recurrent", False, True),
+    ("recurrent", True, False),
+]
 
 
-class LightningSuite:
+class LightningSuite(KernelLevelCases):
     fw = None  # set by the framework's module
 
     @pytest.mark.parametrize("mode,reverse,packed", MATRIX)
     def test_matches_reference(self, mode, reverse, packed):
+        self._kernel_level((mode, reverse, packed) in BINDING_MATRIX)
         H, layer_idx, num_layers = 4, 1, 3
         x, cu, cots = make_case(self.fw, packed=packed, h0=True, HQ=8, H=H, K=16, V=16, seed=20)
         g_gamma = lightning_g_gamma(H, layer_idx, num_layers)

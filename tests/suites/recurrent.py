@@ -17,14 +17,14 @@ from tests.suites.kernel_level import KernelLevelCases
 CU_SEQLENS = [0, 5, 5, 6, 23]
 GATE_SETS = [(), ("g",), ("g_gamma",), ("gk",), ("gv",), ("g", "g_gamma", "gk", "gv")]
 MATRIX = list(itertools.product(GATE_SETS, [False, True], [False, True], [False, True]))
-# A cross-section: per gate set, one (reverse, packed, h0) combination and
-# its complement, so every option takes both values with every gate set:
-# what a binding whose kernel_cases is False runs
-# (tests/suites/kernel_level.py).
+# A cross-section: per gate set one (reverse, packed, h0) combination, in
+# turn so that every option takes both values, and with every gate at once
+# the complement too: what a binding whose kernel_cases is False runs
+# (tests/suites/kernel_level.py; the gates are the kernels' matter, the
+# binding passes them on).
 _COMBOS = list(itertools.product([False, True], [False, True], [False, True]))
-BINDING_MATRIX = [
-    (gates, *_COMBOS[c]) for i, gates in enumerate(GATE_SETS) for c in ((3 * i) % 8, 7 - (3 * i) % 8)
-]
+BINDING_MATRIX = [(gates, *_COMBOS[(3 * i) % 8]) for i, gates in enumerate(GATE_SETS)]
+BINDING_MATRIX.append((GATE_SETS[-1], *_COMBOS[7 - (3 * (len(GATE_SETS) - 1)) % 8]))
 
 
 def _ids(case):
@@ -144,6 +144,7 @@ class RecurrentSuite(KernelLevelCases):
     @pytest.mark.parametrize("reverse", [False, True])
     def test_several_value_tiles(self, reverse):
         # V = 40 splits into value tiles of 16: partial dq/dk/dg are summed.
+        self._kernel_level()
         x, cu, cots = make_case(
             self.fw, gates=("g", "g_gamma", "gk", "gv"), packed=True, h0=True, K=12, V=40, H=1, HQ=2, seed=2
         )
@@ -156,6 +157,8 @@ class RecurrentSuite(KernelLevelCases):
     @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
     @pytest.mark.parametrize("reverse", [False, True])
     def test_half_precision(self, dtype, reverse):
+        # The binding's part: one dtype each way (both halves: the kernels').
+        self._kernel_level((dtype == "bfloat16") != reverse)
         x, cu, cots = make_case(self.fw, gates=("g", "g_gamma", "gk", "gv"), packed=True, h0=True, seed=4)
         check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, dtype=dtype, reverse=reverse)
 

@@ -219,11 +219,26 @@ def assert_same(a, b, what):
         torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-6, msg=lambda m, n=n: f"{what} d{n}: {m}")
 
 
+# Cases whose inputs another case of the same op has too (options that are
+# no tensors go through the same registration): the interpreter leaves their
+# fullgraph compile to the GPU (CI time: each runs the kernels twice).
+SUBSUMED = {
+    "delta-chunk-g", "chunk-plain", "chunk-g_reverse_packed", "recurrent-plain", "recurrent-g_h0_packed",
+    "recurrent-g_gamma_reverse", "flash-plain", "flash-bias_no_grad", "flash-causal_window",
+    "flash-soft_cap_scale", "cumsum-local", "cumsum-global", "cumsum-global_out_dtype",
+    "cumsum-local_head_first_scale",
+}  # fmt: skip
+
+
 class TorchLibrarySuite:
     @pytest.mark.parametrize("case", sorted(CASES))
     def test_compile_fullgraph_matches_eager(self, case):
         from torch._dynamo.testing import CompileCounterWithBackend
 
+        from core_triton.common.runtime import interpreter_requested
+
+        if case in SUBSUMED and interpreter_requested():
+            pytest.skip("another case of this op has its inputs: the GPU compiles this one (CI time)")
         fn, x, grads = CASES[case]
         eager = run(fn, x, grads)
         torch._dynamo.reset()
