@@ -54,15 +54,14 @@ def lint(session):
 # The PyTorch binding's run: tests/core (framework-free, and its PyTorch
 # parts; the parts that exercise the JAX binding are marked jax) and
 # tests/torch.
-_TORCH_RUN = (
-    "pytest", "-n", "2", "--dist", "worksteal", "--durations=25", "-m", "not jax", "tests/core", "tests/torch",
-)  # fmt: skip
+# (--dist worksteal: a worker that runs out of tests takes the other's, so
+# the run does not end on one worker's long tail.)
+_XDIST = ("-n", "2", "--dist", "worksteal", "--durations=25")
+_TORCH_RUN = ("pytest", *_XDIST, "-m", "not jax", "tests/core", "tests/torch")
 # The JAX binding's run, and both bindings together (tests/cross: DLPack
 # hand-over, bit-identical outputs and gradients, the README's examples):
 # of tests/core only what exercises the JAX binding.
-_JAX_RUN = (
-    "pytest", "-n", "2", "--dist", "worksteal", "--durations=25", "-m", "jax or not core", "tests/core", "tests/jax", "tests/cross",
-)  # fmt: skip
+_JAX_RUN = ("pytest", *_XDIST, "-m", "jax or not core", "tests/core", "tests/jax", "tests/cross")
 
 
 @nox.session(tags=["tests"])
