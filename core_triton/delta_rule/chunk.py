@@ -5,7 +5,8 @@ token):
 
 1. ``gc``: the in-chunk cumsum of ``g`` / ``gk`` (the cumsum kernel,
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
-2. ``aqk``, ``gkk``, ``tinv``: per-chunk matrices (chunk_intra.py), and
+2. ``aqk``, ``gkk``, ``tinv``: per-chunk matrices (chunk_intra.py; for
+   per-channel gates ``aqk`` and ``gkk`` from chunk_gram.py first), and
    ``w``, ``uv``, ``kd`` (chunk_fwd_wu.py);
 3. ``o``, ``final``: one walk over the chunks carrying the state, which
    forms each chunk's delta updates and outputs on the way
@@ -44,6 +45,7 @@ from core_triton.delta_rule.chunk_fwd_output import delta_chunk_fwd_output_kerne
 from core_triton.delta_rule.chunk_fwd_state import delta_chunk_fwd_state_kernel
 from core_triton.delta_rule.chunk_fwd_walk import delta_chunk_fwd_walk_kernel
 from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_fwd_wu_kernel
+from core_triton.delta_rule.chunk_gram import delta_chunk_gram_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 
 # Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
@@ -59,6 +61,11 @@ P_IN_INTRA = True
 # (chunk_fwd_walk.py) up to K = 128 (True), or stores the states for the
 # output kernel (False; what larger K takes).
 FUSED_WALK = True
+
+# Per-channel gates: P and G from a launch of their own, one block row per
+# program (chunk_gram.py), and the intra kernel only inverts (True); or the
+# intra kernel forms them, a chunk per program (False).
+GRAM_APART = True
 
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
@@ -86,6 +93,14 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
             num_stages=1,
             STORE_P=P_IN_INTRA,
         ),
+        # P and G of per-channel gates, a block row per program (H100, B4
+        # T4k HV32 K=V=128 bf16, forward / fwd+bwd: 2.50 / 14.20 ms with K
+        # tiles of 32 and 2 warps, 2.65 / 14.54 with 4 warps, 2.88 / 14.94
+        # with tiles of 64; formed in the intra kernel 2.73 / 14.69).
+        "gram": dict(BK=min(kp, 32), num_warps=2, num_stages=1),
+        # The intra kernel inverting G from gram (per-channel gates; 4 warps
+        # 2.94 ms forward).
+        "inverse": dict(BK=min(kp, 64), num_warps=2, num_stages=1, STORE_P=P_IN_INTRA),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
@@ -111,7 +126,8 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
     }[kernel]
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
-        t["BK"] = min(t["BK"], 32 if kernel in ("intra", "wu", "output", "bwd_dv") else t["BK"])
+        tiled_k = ("intra", "gram", "inverse", "wu", "output", "bwd_dv")
+        t["BK"] = min(t["BK"], 32 if kernel in tiled_k else t["BK"])
         if "BV" in t:  # the intra kernel has no value tiles
             t["BV"] = min(t["BV"], 32)
     return {**t, **TILE_OVERRIDES.get(kernel, {})}
@@ -163,8 +179,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
 
-    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=()):
-        t = _tiles(name, K, V, interpreted, a.gate)
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=(), tiles=None):
+        t = _tiles(tiles or name, K, V, interpreted, a.gate)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         for key in drop:
             t.pop(key)
@@ -197,19 +213,42 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     def intra_plan(store_bwd):
         # The forward keeps G in registers (and, for scalar or no gates, P
         # too without P_IN_INTRA); the backward, which runs this again,
-        # needs both whole.
+        # needs both whole.  Per-channel gates with GRAM_APART: P and G
+        # from their own launch, the intra kernel only inverts.
+        if a.gate == VECTOR_GATE and GRAM_APART:
+            gram = tiled(
+                "gram",
+                delta_chunk_gram_kernel,
+                lambda t: (NS, B * HV, BT // BLOCK),
+                params=(In(q), In(k), gc, cu, co, *slot_sizes),
+                outputs=(per_chunk, per_chunk),
+                output_names=("aqk", "gkk"),
+                constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee),
+            )
+            inverse = tiled(
+                "intra",
+                delta_chunk_intra_kernel,
+                lambda t: (NS, B * HV),
+                params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes, In("aqk"), In("gkk")),
+                outputs=(per_chunk,),
+                output_names=("tinv",),
+                constexprs=dict(flags, BC=BLOCK, STORE_BWD=False, GKK_IN=True),
+                tiles="inverse",
+            )
+            return (gram, inverse)
         scratch = OutputSpec((1,), "float32")
         full_g = store_bwd
         full_p = full_g or a.gate == VECTOR_GATE or _tiles("intra", K, V, interpreted, a.gate)["STORE_P"]
-        return tiled(
+        intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
             lambda t: (NS, B * HV),
             params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
-            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd),
+            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False),
         )
+        return (intra,)
 
     def wu_plan(store_kd):
         return tiled(
@@ -281,7 +320,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         constexprs=dict(flags, USE_H0=use_h0),
     )
     tail = (walk,) if fused else (state, output)
-    forward = (*pre, *normalize, intra_plan(False), wu_plan(store_kd), *tail)
+    forward = (*pre, *normalize, *intra_plan(False), wu_plan(store_kd), *tail)
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
     NK = cdiv(K, bwd_t["BK"])
@@ -376,7 +415,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     )
     backward = [
         *normalize,
-        intra_plan(True),
+        *intra_plan(True),
         wu,
         state,
         state_bwd,

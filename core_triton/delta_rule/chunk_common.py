@@ -54,7 +54,7 @@ def rows_tile_t(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
 
 
 @triton.jit
-def diagonal_split(gc, b_b, m_t, ts, te, I: tl.constexpr, i_h, HV: tl.constexpr, K: tl.constexpr,
+def diagonal_split(gc, b_b, m_t, ts, te, I, i_h, HV: tl.constexpr, K: tl.constexpr,
                    BC: tl.constexpr, o_k, m_k):  # fmt: skip
     """For the diagonal block ``I`` of a chunk (rows ``m_t`` of it inside the
     chunk, their log decays ``b_b [BC, BK]`` on this K tile): ``(fits, b_m,

@@ -19,7 +19,8 @@ the chunk's Householder-like factors; chunk_fwd_state.py carries ``S``).
 One program per (chunk slot, batch row x value head), in two phases:
 
 A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
-   their decays need the blocks); in the backward (``STORE_BWD``) ->
+   their decays need the blocks), from chunk_gram.py's launch (``GKK_IN``,
+   what the plans use), or formed here: in the backward (``STORE_BWD``) ->
    ``aqk``, ``gkk``, read back in blocks after a barrier (each program
    reads only what it wrote), in the forward each block pair as phase B
    takes it, ``P``'s -> ``aqk``, ``G``'s kept in registers.  Scalar (or
@@ -58,7 +59,7 @@ from core_triton.delta_rule.chunk_common import (
 @triton.jit
 def diagonal_columns(
     q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
-    J: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_i,
+    J, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_i,
 ):  # fmt: skip
     """``acc_q``, ``acc_k`` plus diagonal block ``J``'s ``P`` and ``G`` on
     this K tile, summed column by column (``exp(b_i - b_j)`` per channel
@@ -344,12 +345,13 @@ def delta_chunk_intra_kernel(
     IEEE: tl.constexpr,
     STORE_BWD: tl.constexpr,
     STORE_P: tl.constexpr,
+    GKK_IN: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
     # L's blocks come back from gkk (per-channel gates, and the backward,
     # which needs G whole), or straight from K's blocks (scalar gates).
-    FROM_GKK: tl.constexpr = STORE_BWD
+    FROM_GKK: tl.constexpr = STORE_BWD or GKK_IN
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // HV
@@ -362,7 +364,9 @@ def delta_chunk_intra_kernel(
         return  # a spare slot of packed input
 
     # A: the decayed scores P -> aqk and Gram matrix G -> gkk.
-    if GATE == 2:
+    if GKK_IN:
+        pass  # aqk and gkk come from chunk_gram.py's launch
+    elif GATE == 2:
         for I in tl.static_range(NC):
             if STORE_BWD:
                 p0, p1, p2, p3, g0, g1, g2, g3 = gram_row(

@@ -105,8 +105,8 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 @contextlib.contextmanager
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
-    settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``) changed inside the
-    block."""
+    settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``GRAM_APART``)
+    changed inside the block."""
     from core_triton.delta_rule import chunk, gated_delta_rule
 
     before = {name: getattr(chunk, name) for name in settings}
@@ -169,6 +169,17 @@ class DeltaRuleSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=9)
         # The forward walk forming P itself (the measured alternative).
         with chunk_settings(self.fw, P_IN_INTRA=False):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
+
+    @pytest.mark.parametrize("strength", [2.0, -9.0])
+    def test_p_and_g_in_the_intra_kernel(self, strength):
+        self._kernel_level()
+        # Per-channel gates' P and G formed by the intra kernel, a chunk per
+        # program (the measured alternative to chunk_gram.py's launch),
+        # with decays where the diagonal blocks take products and where they
+        # take the column loop.
+        x, cu, cots = make_case(self.fw, gate="gk", packed=True, seed=11, strength=strength)
+        with chunk_settings(self.fw, GRAM_APART=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("gate", ["g", "gk"])
