@@ -71,6 +71,54 @@ def diagonal_split(gc, b_b, m_t, ts, te, I, i_h, HV: tl.constexpr, K: tl.constex
 
 
 @triton.jit
+def diagonal_columns(
+    q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
+    J, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_i,
+):  # fmt: skip
+    """``acc_q``, ``acc_k`` plus diagonal block ``J``'s ``P`` and ``G`` on
+    this K tile, summed column by column (``exp(b_i - b_j)`` per channel
+    formed for rows ``i >= j`` only): the blocks whose decays are too strong
+    for chunk_common.diagonal_split."""
+    o_c = tl.arange(0, BC)
+    # Column by column: exp(b_i - b_j) per channel, rows i >= j.
+    for jj in range(0, BC):
+        row_j = ts + J * BC + jj
+        m_kj = o_k < tl.where(row_j < te, K, 0)  # (a vector test: the interpreter refuses a scalar in a mask)
+        b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
+        b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
+        seen = (o_c >= jj) & m_i
+        e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
+        col = o_c[None, :] == jj
+        acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+        acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
+    return acc_q, acc_k
+
+
+@triton.jit
+def diagonal_tile(
+    q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk, I, o_i, m_i,
+    HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_k, PREC: tl.constexpr,
+):  # fmt: skip
+    """``acc_q``, ``acc_k`` plus diagonal block ``I``'s ``P`` and ``G`` on
+    this K tile (rows ``o_i``; their ``q``, ``k`` and log decays ``b_q``,
+    ``b_ki``, ``b_bi`` ``[BC, BK]`` float32): products through the block's
+    middle row where diagonal_split allows them, else diagonal_columns.
+    Unmasked: the caller keeps the lower triangle."""
+    fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
+    if fits:
+        # f transposed, from transposed loads (no tl.trans in registers).
+        b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
+        f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
+        b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
+        acc_q += dot(b_q * e_i, b_kjt, PREC)
+        acc_k += dot(b_ki * e_i, b_kjt, PREC)
+    else:
+        acc_q, acc_k = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
+                                        I, HK, HV, K, BC, o_k, m_i)  # fmt: skip
+    return acc_q, acc_k
+
+
+@triton.jit
 def unit_lower_inverse(L, BC: tl.constexpr, EXACT: tl.constexpr):
     """``(I + L)^-1`` of a strictly lower triangular ``[BC, BC]`` float32
     tile.

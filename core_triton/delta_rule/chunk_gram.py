@@ -25,8 +25,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import DIAG_SPLIT, diagonal_split, rows_tile, rows_tile_t
-from core_triton.delta_rule.chunk_intra import diagonal_columns
+from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, rows_tile_t
 
 
 @triton.jit
@@ -69,17 +68,8 @@ def _diagonal(q, k, gc, ts, te, i_h, i_hk, o_i, m_i, I, HK: tl.constexpr, HV: tl
         b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-        fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
-        if fits:
-            # f transposed, from transposed loads (no tl.trans in registers).
-            b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-            f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
-            b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
-            acc_p += dot(b_q * e_i, b_kjt, PREC)
-            acc_g += dot(b_ki * e_i, b_kjt, PREC)
-        else:
-            acc_p, acc_g = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, acc_p, acc_g, ts, te, i_h, i_hk,
-                                            I, HK, HV, K, BC, o_k, m_i)  # fmt: skip
+        acc_p, acc_g = diagonal_tile(q, k, gc, b_q, b_ki, b_bi, acc_p, acc_g, ts, te, i_h, i_hk, I, o_i, m_i,
+                                     HK, HV, K, BC, o_k, m_k, PREC)  # fmt: skip
     keep = m_i[:, None] & m_i[None, :]
     acc_p = tl.where(keep & (o_c[:, None] >= o_c[None, :]), acc_p, 0.0)
     acc_g = tl.where(keep & (o_c[:, None] > o_c[None, :]), acc_g, 0.0)

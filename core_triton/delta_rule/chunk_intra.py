@@ -47,37 +47,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import (
-    DIAG_SPLIT,
-    diagonal_split,
-    rows_tile,
-    rows_tile_t,
-    unit_lower_inverse,
-)
-
-
-@triton.jit
-def diagonal_columns(
-    q, k, gc, b_q, b_ki, b_bi, acc_q, acc_k, ts, te, i_h, i_hk,
-    J, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_i,
-):  # fmt: skip
-    """``acc_q``, ``acc_k`` plus diagonal block ``J``'s ``P`` and ``G`` on
-    this K tile, summed column by column (``exp(b_i - b_j)`` per channel
-    formed for rows ``i >= j`` only): the blocks whose decays are too strong
-    for chunk_common.diagonal_split."""
-    o_c = tl.arange(0, BC)
-    # Column by column: exp(b_i - b_j) per channel, rows i >= j.
-    for jj in range(0, BC):
-        row_j = ts + J * BC + jj
-        m_kj = o_k < tl.where(row_j < te, K, 0)  # (a vector test: the interpreter refuses a scalar in a mask)
-        b_kj = tl.load(k + (row_j * HK + i_hk) * K + o_k, mask=m_kj, other=0).to(tl.float32)
-        b_bj = tl.load(gc + (row_j * HV + i_h) * K + o_k, mask=m_kj, other=0)
-        seen = (o_c >= jj) & m_i
-        e = tl.exp(tl.where(seen[:, None], b_bi - b_bj[None, :], float("-inf")))
-        col = o_c[None, :] == jj
-        acc_q += tl.where(col, tl.sum(b_q * b_kj[None, :] * e, axis=1)[:, None], 0.0)
-        acc_k += tl.where(col, tl.sum(b_ki * b_kj[None, :] * e, axis=1)[:, None], 0.0)
-    return acc_q, acc_k
+from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, rows_tile_t, unit_lower_inverse
 
 
 @triton.jit
@@ -152,17 +122,8 @@ def gram_row(
         # The diagonal block.
         c_q = tl.zeros([BC, BC], dtype=tl.float32)
         c_k = tl.zeros([BC, BC], dtype=tl.float32)
-        fits, b_m, e_i, _ = diagonal_split(gc, b_bi, m_i, ts, te, I, i_h, HV, K, BC, o_k, m_k)
-        if fits:
-            # f transposed, from transposed loads (no tl.trans in registers).
-            b_bt = rows_tile_t(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-            f_t = tl.exp(tl.minimum(tl.where(m_i[None, :], b_m[:, None] - b_bt, 0.0), DIAG_SPLIT))
-            b_kjt = rows_tile_t(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * f_t
-            c_q = dot(b_q * e_i, b_kjt, PREC)
-            c_k = dot(b_ki * e_i, b_kjt, PREC)
-        else:
-            c_q, c_k = diagonal_columns(q, k, gc, b_q, b_ki, b_bi, c_q, c_k, ts, te, i_h, i_hk,
-                                        I, HK, HV, K, BC, o_k, m_i)  # fmt: skip
+        c_q, c_k = diagonal_tile(q, k, gc, b_q, b_ki, b_bi, c_q, c_k, ts, te, i_h, i_hk, I, o_i, m_i,
+                                 HK, HV, K, BC, o_k, m_k, PREC)  # fmt: skip
         if I == 0:
             p0 += c_q
             g0 += c_k
