@@ -32,8 +32,10 @@ single-device op uses one piece with offset 0, the ring passes its own.
 :func:`attention_plans` is the lower-level entry the ring uses.
 
 Beside it: the argument checks and :class:`Options` (flash_options.py), the
-tile configs (flash_configs.py), and the opt-in tensor-descriptor kernels'
-plans (flash_tma_plans.py).
+tile configs and stride hints (flash_configs.py), the gradient launches'
+plans (flash_bwd_plans.py: this module plans the forward and hands them
+what it worked out), and the opt-in tensor-descriptor kernels' plans
+(flash_tma_plans.py).
 """
 
 from __future__ import annotations
@@ -43,18 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core_triton.attention import flash_configs, flash_tma_plans
-from core_triton.attention.flash_bwd import (
-    flash_bwd_dbias_kernel,
-    flash_bwd_dkdv_kernel,
-    flash_bwd_dq_kernel,
-    flash_bwd_preprocess_kernel,
-)
+from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
+from core_triton.attention.flash_bwd_plans import GradShared, backward_plans
 from core_triton.attention.flash_configs import (
-    DKDV_CONFIGS,
-    DQ_CONFIGS,
     FIXED,
     FLOAT32_256,
     FWD_CONFIGS,
+    bh_strides,
+    div16_bits,
     measured_choice,
     tuned_kernel,
 )
@@ -67,26 +65,10 @@ from core_triton.attention.flash_options import (  # noqa: F401 (the op's public
     validate,
     window_pair,
 )
-from core_triton.attention.flash_tma_plans import tma_forward, tma_grads
+from core_triton.attention.flash_tma_plans import tma_forward
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import cached_checks, cdiv, next_power_of_2
-
-# Constexprs of the bias-gradient kernel (it always reads a bias).
-_DBIAS_CONSTS = (
-    "D",
-    "DV",
-    "BD",
-    "BDV",
-    "CAUSAL",
-    "HAS_WINDOW",
-    "HAS_CAP",
-    "HAS_SEG",
-    "HAS_RANGE",
-    "POS_MODE",
-)
-_DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
-
 
 # ---- the tensor-descriptor switches -------------------------------------
 
@@ -137,15 +119,6 @@ class AttentionPlans:
     dbias: Callable[[TensorInfo], LaunchPlan | None]
     qoff: tuple[int, ...]
     koff: tuple[int, ...]
-
-
-def _div16(ints) -> int:
-    return sum(1 << k for k, v in enumerate(ints) if v > 1 and v % 16 == 0)
-
-
-def _bh(info: TensorInfo) -> tuple[int, int]:
-    """Batch and head strides of a ``[B, T, H, D]`` tensor."""
-    return info.strides[0], info.strides[2]
 
 
 def _strides_or_zero(info: TensorInfo | None, n: int) -> tuple[int, ...]:
@@ -319,7 +292,7 @@ def attention_plans(
             common,
             BS=max(2, next_power_of_2(n_sink)),
             HAS_SINK=sink is not None,
-            DIV16=_div16((q.strides[1], k.strides[1], v.strides[1], *_bh(q), *_bh(k), *_bh(v))),
+            DIV16=div16_bits((q.strides[1], k.strides[1], v.strides[1], *bh_strides(q, k, v))),
             **block,
         ),
         num_warps=w,
@@ -328,22 +301,6 @@ def attention_plans(
     # The ring's blocks (position offsets other than 0) keep the main kernel.
     plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
     forward = tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or forward
-
-    # Cached: the torch binding replays a plan's compiled launch only when
-    # the same plan object comes back (core_triton.common.launch).
-    @functools.lru_cache(maxsize=8)
-    def preprocess(o: TensorInfo, do: TensorInfo) -> LaunchPlan:
-        bm = 32 if interpreter_requested() else 64
-        return LaunchPlan(
-            kernel=flash_bwd_preprocess_kernel,
-            grid=(cdiv(Tq, bm), B * HQ),
-            params=(In("o"), In("do"), Tq, HQ, *o.strides, *do.strides),
-            outputs=(OutputSpec((B, HQ, Tq), "float32"),),
-            output_names=("delta",),
-            constexprs=dict(DV=DV, BDV=BDV, BM=bm),
-            num_warps=4,
-            num_stages=1,
-        )
 
     # Inputs and scalars of every gradient launch, in kernel order.
     grad_params = (
@@ -357,61 +314,9 @@ def attention_plans(
         In("bias") if bias is not None else In("q"),
         *scalars,
     )
-
-    @functools.lru_cache(maxsize=8)
-    def grads(do: TensorInfo) -> tuple[LaunchPlan, LaunchPlan]:
-        tma = tma_grads(q, k, v, do, opts, plain, grad_dtype)
-        if tma is not None:
-            return tma
-        gdt = grad_dtype or q.dtype
-        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
-        rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
-        consts = dict(common, DIV16=_div16((*rows, *_bh(q), *_bh(k), *_bh(v), *_bh(do))))
-        kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H)
-        dkdv = LaunchPlan(
-            kernel=kernel,
-            grid=grid,
-            params=(*grad_params, H, *strides),
-            outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
-            output_names=("dk", "dv"),
-            constexprs=dict(consts, **block),
-            num_warps=w,
-            num_stages=s,
-        )
-        kernel, grid, block, w, s = kernel_and_grid(("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
-        dq = LaunchPlan(
-            kernel=kernel,
-            grid=grid,
-            params=(*grad_params, HQ, *strides),
-            outputs=(OutputSpec((B, Tq, HQ, D), gdt),),
-            output_names=("dq",),
-            constexprs=dict(consts, **block),
-            num_warps=w,
-            num_stages=s,
-        )
-        return dkdv, dq
-
-    @functools.lru_cache(maxsize=8)
-    def dbias(do: TensorInfo) -> LaunchPlan | None:
-        if bias is None:
-            return None
-        Bb, Hb = bias.shape[0], bias.shape[1]
-        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
-        # The same working set as the dQ kernel (BM queries, BN keys, q/dO
-        # and k/v tiles): its config (a bias is never autotuned).
-        bm, bn, w, s = config("dq", DQ_CONFIGS)
-        consts = {n: common[n] for n in _DBIAS_CONSTS}
-        return LaunchPlan(
-            kernel=flash_bwd_dbias_kernel,
-            grid=(cdiv(Tq, bm), cdiv(Tk, bn), Bb * Hb),
-            params=(*grad_params, HQ, B // Bb, HQ // Hb, *strides),
-            outputs=(OutputSpec((Bb, Hb, Tq, Tk), bias.dtype),),
-            output_names=("dbias",),
-            constexprs=dict(consts, BM=bm, BN=bn),
-            num_warps=w,
-            num_stages=s,
-        )
-
+    shared = GradShared(q, k, v, bias, opts, common, grad_params, aux_strides, plain, grad_dtype, config,
+                        kernel_and_grid)  # fmt: skip
+    preprocess, grads, dbias = backward_plans(shared)
     return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))
 
 

@@ -10,6 +10,7 @@ import triton
 
 from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
 from core_triton.attention.flash_fwd import flash_fwd_kernel
+from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import autotune, interpreter_requested
 
 # (BM, BN, num_warps, num_stages).  The first config of each list is what the
@@ -98,3 +99,14 @@ def tuned_kernel(kind: str, dim_class: int):
 
 def dim_class(bd: int) -> int:
     return 64 if bd <= 64 else 128 if bd <= 128 else 256
+
+
+def div16_bits(ints) -> int:
+    """The hint bits of ``ints``: bit ``i`` set where ``ints[i]`` is a
+    multiple of 16 (and not 0 or 1)."""
+    return sum(1 << k for k, v in enumerate(ints) if v > 1 and v % 16 == 0)
+
+
+def bh_strides(*infos: TensorInfo) -> tuple[int, ...]:
+    """Batch and head strides of each ``[B, T, H, D]`` tensor, in turn."""
+    return tuple(s for info in infos for s in (info.strides[0], info.strides[2]))

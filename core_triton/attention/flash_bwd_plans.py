@@ -1,0 +1,158 @@
+"""``flash_attention``'s gradient launches (flash.py's ``AttentionPlans``
+``preprocess``, ``grads`` and ``dbias``), planned from what the forward's
+plan worked out (:class:`GradShared`).
+
+* ``preprocess(o, do)``: ``flash_bwd_preprocess_kernel`` -> ``delta [B,
+  HQ, Tq]`` float32 (the rows' ``sum(o * do)``);
+* ``grads(do)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a program per
+  key block) and ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), or
+  the opt-in tensor-descriptor kernels (flash_tma_plans.py);
+* ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
+  shape and dtype, None without a bias.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core_triton.attention.flash_bwd import (
+    flash_bwd_dbias_kernel,
+    flash_bwd_preprocess_kernel,
+)
+from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, bh_strides, div16_bits
+from core_triton.attention.flash_options import Options
+from core_triton.attention.flash_tma_plans import tma_grads
+from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
+from core_triton.common.runtime import interpreter_requested
+from core_triton.common.utils import cdiv, next_power_of_2
+
+# Constexprs of the bias-gradient kernel (it always reads a bias).
+_DBIAS_CONSTS = (
+    "D",
+    "DV",
+    "BD",
+    "BDV",
+    "CAUSAL",
+    "HAS_WINDOW",
+    "HAS_CAP",
+    "HAS_SEG",
+    "HAS_RANGE",
+    "POS_MODE",
+)
+_DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
+
+
+@dataclass(frozen=True, eq=False)
+class GradShared:
+    """What the gradient launches take from the forward's plan: the inputs'
+    layouts, the options, the constexprs every kernel shares (``common``),
+    the inputs and scalars of every gradient launch in kernel order
+    (``grad_params``), the optional inputs' strides (``aux_strides``),
+    whether the tensor-descriptor kernels may take it (``plain``), the
+    gradients' dtype (None: the inputs'), and the tile choice
+    (``config(kind, table)`` -> ``(BM, BN, num_warps, num_stages)`` or None
+    to autotune; ``kernel_and_grid(kind, table, rows, programs)``)."""
+
+    q: TensorInfo
+    k: TensorInfo
+    v: TensorInfo
+    bias: TensorInfo | None
+    opts: Options
+    common: dict
+    grad_params: tuple
+    aux_strides: tuple
+    plain: bool
+    grad_dtype: str | None
+    config: Callable
+    kernel_and_grid: Callable
+
+
+def backward_plans(shared: GradShared):
+    """``(preprocess, grads, dbias)``: functions of the output's and
+    cotangent's layouts that return the launches (cached per layout)."""
+    q, k, v, bias, opts = shared.q, shared.k, shared.v, shared.bias, shared.opts
+    common, grad_params, aux_strides = shared.common, shared.grad_params, shared.aux_strides
+    plain, grad_dtype, config, kernel_and_grid = (
+        shared.plain,
+        shared.grad_dtype,
+        shared.config,
+        shared.kernel_and_grid,
+    )
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    DV = v.shape[3]
+    BDV = max(16, next_power_of_2(DV))
+
+    # Cached: the torch binding replays a plan's compiled launch only when
+    # the same plan object comes back (core_triton.common.launch).
+    @functools.lru_cache(maxsize=8)
+    def preprocess(o: TensorInfo, do: TensorInfo) -> LaunchPlan:
+        bm = 32 if interpreter_requested() else 64
+        return LaunchPlan(
+            kernel=flash_bwd_preprocess_kernel,
+            grid=(cdiv(Tq, bm), B * HQ),
+            params=(In("o"), In("do"), Tq, HQ, *o.strides, *do.strides),
+            outputs=(OutputSpec((B, HQ, Tq), "float32"),),
+            output_names=("delta",),
+            constexprs=dict(DV=DV, BDV=BDV, BM=bm),
+            num_warps=4,
+            num_stages=1,
+        )
+
+    @functools.lru_cache(maxsize=8)
+    def grads(do: TensorInfo) -> tuple[LaunchPlan, LaunchPlan]:
+        tma = tma_grads(q, k, v, do, opts, plain, grad_dtype)
+        if tma is not None:
+            return tma
+        gdt = grad_dtype or q.dtype
+        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
+        rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
+        consts = dict(common, DIV16=div16_bits((*rows, *bh_strides(q, k, v, do))))
+        kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H)
+        dkdv = LaunchPlan(
+            kernel=kernel,
+            grid=grid,
+            params=(*grad_params, H, *strides),
+            outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
+            output_names=("dk", "dv"),
+            constexprs=dict(consts, **block),
+            num_warps=w,
+            num_stages=s,
+        )
+        kernel, grid, block, w, s = kernel_and_grid(("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
+        dq = LaunchPlan(
+            kernel=kernel,
+            grid=grid,
+            params=(*grad_params, HQ, *strides),
+            outputs=(OutputSpec((B, Tq, HQ, D), gdt),),
+            output_names=("dq",),
+            constexprs=dict(consts, **block),
+            num_warps=w,
+            num_stages=s,
+        )
+        return dkdv, dq
+
+    @functools.lru_cache(maxsize=8)
+    def dbias(do: TensorInfo) -> LaunchPlan | None:
+        if bias is None:
+            return None
+        Bb, Hb = bias.shape[0], bias.shape[1]
+        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
+        # The same working set as the dQ kernel (BM queries, BN keys, q/dO
+        # and k/v tiles): its config (a bias is never autotuned).
+        bm, bn, w, s = config("dq", DQ_CONFIGS)
+        consts = {n: common[n] for n in _DBIAS_CONSTS}
+        return LaunchPlan(
+            kernel=flash_bwd_dbias_kernel,
+            grid=(cdiv(Tq, bm), cdiv(Tk, bn), Bb * Hb),
+            params=(*grad_params, HQ, B // Bb, HQ // Hb, *strides),
+            outputs=(OutputSpec((Bb, Hb, Tq, Tk), bias.dtype),),
+            output_names=("dbias",),
+            constexprs=dict(consts, BM=bm, BN=bn),
+            num_warps=w,
+            num_stages=s,
+        )
+
+    return preprocess, grads, dbias
