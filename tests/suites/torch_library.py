@@ -224,9 +224,8 @@ def assert_same(a, b, what):
 # fullgraph compile to the GPU (CI time: each runs the kernels twice).
 SUBSUMED = {
     "delta-chunk-g", "chunk-plain", "chunk-g_reverse_packed", "recurrent-plain", "recurrent-g_h0_packed",
-    "recurrent-g_gamma_reverse", "flash-plain", "flash-bias_no_grad", "flash-causal_window",
-    "flash-soft_cap_scale", "cumsum-local", "cumsum-global", "cumsum-global_out_dtype",
-    "cumsum-local_head_first_scale",
+    "flash-plain", "flash-bias_no_grad", "flash-causal_window", "flash-soft_cap_scale", "cumsum-local",
+    "cumsum-global", "cumsum-global_out_dtype", "cumsum-local_head_first_scale",
 }  # fmt: skip
 
 
