@@ -65,6 +65,25 @@ def kept(blk_p, blk_g, m_i, ts, te, I: tl.constexpr, J: tl.constexpr, BC: tl.con
 
 
 @triton.jit
+def add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, J: tl.constexpr):
+    """The block row's accumulators with ``c_q``, ``c_k`` added to column
+    block ``J``'s (Triton has no indexable tuple of tensors)."""
+    if J == 0:
+        p0 += c_q
+        g0 += c_k
+    elif J == 1:
+        p1 += c_q
+        g1 += c_k
+    elif J == 2:
+        p2 += c_q
+        g2 += c_k
+    else:
+        p3 += c_q
+        g3 += c_k
+    return p0, p1, p2, p3, g0, g1, g2, g3
+
+
+@triton.jit
 def gram_row(
     q, k, gc, ts, te, i_h, i_hk,
     I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
@@ -110,32 +129,13 @@ def gram_row(
                     b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
                     c_q = dot(b_qe, b_kjt, PREC)
                     c_k = dot(b_ke, b_kjt, PREC)
-                    if J == 0:
-                        p0 += c_q
-                        g0 += c_k
-                    elif J == 1:
-                        p1 += c_q
-                        g1 += c_k
-                    else:
-                        p2 += c_q
-                        g2 += c_k
+                    p0, p1, p2, p3, g0, g1, g2, g3 = add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, J)
         # The diagonal block.
         c_q = tl.zeros([BC, BC], dtype=tl.float32)
         c_k = tl.zeros([BC, BC], dtype=tl.float32)
         c_q, c_k = diagonal_tile(q, k, gc, b_q, b_ki, b_bi, c_q, c_k, ts, te, i_h, i_hk, I, o_i, m_i,
                                  HK, HV, K, BC, o_k, m_k, PREC)  # fmt: skip
-        if I == 0:
-            p0 += c_q
-            g0 += c_k
-        elif I == 1:
-            p1 += c_q
-            g1 += c_k
-        elif I == 2:
-            p2 += c_q
-            g2 += c_k
-        else:
-            p3 += c_q
-            g3 += c_k
+        p0, p1, p2, p3, g0, g1, g2, g3 = add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, I)
     p0, g0 = kept(p0, g0, m_i, ts, te, I, 0, BC)
     p1, g1 = kept(p1, g1, m_i, ts, te, I, 1, BC)
     p2, g2 = kept(p2, g2, m_i, ts, te, I, 2, BC)
