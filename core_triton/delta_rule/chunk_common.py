@@ -54,6 +54,17 @@ def rows_tile_t(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
 
 
 @triton.jit
+def decayed_keys_t(k, gc, b_r, o_j, m_j, HK: tl.constexpr, HV: tl.constexpr, i_hk, i_h,
+                   K: tl.constexpr, o_k, m_k):  # fmt: skip
+    """``(k_j * exp(b_r - b_j))^T [BK, len(o_j)]`` float32: rows ``o_j``'s
+    keys decayed to a later row ``r`` (log decay ``b_r [BK]``), transposed
+    for a product's right side; 0 where masked."""
+    b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
+    b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
+    return b_kjt * tl.exp(tl.where(m_j[None, :], b_r[:, None] - b_bjt, 0.0))
+
+
+@triton.jit
 def diagonal_split(gc, b_b, m_t, ts, te, I, i_h, HV: tl.constexpr, K: tl.constexpr,
                    BC: tl.constexpr, o_k, m_k):  # fmt: skip
     """For the diagonal block ``I`` of a chunk (rows ``m_t`` of it inside the

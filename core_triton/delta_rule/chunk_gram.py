@@ -25,7 +25,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, rows_tile_t
+from core_triton.delta_rule.chunk_common import decayed_keys_t, diagonal_tile, rows_tile
 
 
 @triton.jit
@@ -45,9 +45,7 @@ def _off_diagonal(q, k, gc, ts, te, i_h, i_hk, o_i, m_i, r, J, HK: tl.constexpr,
         e_i = tl.exp(
             tl.where(m_i[:, None], rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k) - b_br[None, :], 0.0)
         )
-        b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
-        b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
-        b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
+        b_kjt = decayed_keys_t(k, gc, b_br, o_j, m_j, HK, HV, i_hk, i_h, K, o_k, m_k)
         acc_p += dot(rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * e_i, b_kjt, PREC)
         acc_g += dot(rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * e_i, b_kjt, PREC)
     keep = m_i[:, None] & m_j[None, :]

@@ -47,7 +47,13 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, rows_tile_t, unit_lower_inverse
+from core_triton.delta_rule.chunk_common import (
+    decayed_keys_t,
+    diagonal_tile,
+    rows_tile,
+    rows_tile_t,
+    unit_lower_inverse,
+)
 
 
 @triton.jit
@@ -124,9 +130,7 @@ def gram_row(
                 if J < I:
                     o_j = ts + J * BC + o_c
                     m_j = o_j < te
-                    b_bjt = rows_tile_t(gc, o_j, m_j, HV, i_h, K, o_k, m_k)
-                    b_kjt = rows_tile_t(k, o_j, m_j, HK, i_hk, K, o_k, m_k).to(tl.float32)
-                    b_kjt = b_kjt * tl.exp(tl.where(m_j[None, :], b_br[:, None] - b_bjt, 0.0))
+                    b_kjt = decayed_keys_t(k, gc, b_br, o_j, m_j, HK, HV, i_hk, i_h, K, o_k, m_k)
                     c_q = dot(b_qe, b_kjt, PREC)
                     c_k = dot(b_ke, b_kjt, PREC)
                     p0, p1, p2, p3, g0, g1, g2, g3 = add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, J)
