@@ -3,7 +3,12 @@
 * Compiled kernels (a CUDA JAX): ``jax_triton.triton_call``, imported only
   here, with a sequential batching rule so the call works under ``vmap``.
   The ops fold ``vmap`` above this level (jax_api._fold): a launch is
-  vmapped only where they cannot (one launch per element then).
+  vmapped only where they cannot (one launch per element then).  Kernels
+  that need Triton's global scratch (tensor descriptors built on the
+  device) go through jax_api._compiled instead: compiled by Triton as the
+  PyTorch binding compiles them, launched by jaxlib's Triton call with the
+  scratch as an extra output (``TWINKERNELS_JAX_LAUNCHER=compiled`` sends
+  every plain kernel there).
 * Interpreted kernels (``TRITON_INTERPRET=1``): the same kernel runs in
   Triton's interpreter inside ``jax.pure_callback``; buffers cross to torch
   CPU tensors over DLPack (the interpreter takes torch tensors only).
@@ -106,14 +111,10 @@ def _jax_triton():
 
 
 def _triton_call(plan, names, arrays):
-    if getattr(plan.kernel, "needs_global_scratch", False):
-        # jax-triton 0.3.1 launches with a null scratch pointer: the kernel
-        # would fault.  Only the opt-in tensor-descriptor forward needs it.
-        raise NotImplementedError(
-            "this kernel builds tensor descriptors in global scratch, which jax-triton 0.3.1 does not "
-            "allocate; unset TWINKERNELS_FLASH_TMA (core_triton.attention.flash.set_tma_forward(False)) "
-            "for the JAX binding on a GPU"
-        )
+    if _takes_compiled_path(plan):
+        from jax_api._compiled import compiled_call
+
+        return compiled_call(plan, names, arrays)
     jt, out_kw = _jax_triton()
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
     zeroed = tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)
@@ -143,6 +144,20 @@ def _triton_call(plan, names, arrays):
         )
 
     return call(*arrays)
+
+
+# "compiled": every plan that can (a plain kernel, a fixed grid) goes through
+# jax_api._compiled rather than jax-triton; kernels that need global scratch
+# always do (jax-triton cannot give them any).
+JAX_LAUNCHER = os.environ.get("TWINKERNELS_JAX_LAUNCHER", "jax-triton")
+
+
+def _takes_compiled_path(plan: LaunchPlan) -> bool:
+    if getattr(plan.kernel, "needs_global_scratch", False):
+        return True
+    return (
+        JAX_LAUNCHER == "compiled" and type(plan.kernel).__name__ == "JITFunction" and not callable(plan.grid)
+    )
 
 
 def _alias_indices(plan: LaunchPlan) -> dict[int, int]:

@@ -1,0 +1,180 @@
+"""Launching a kernel that Triton's own compiler built (core_triton.common.
+compiled) from JAX, through jaxlib's Triton call.
+
+jax-triton 0.3.1 compiles kernels itself and launches them with null
+global scratch, so a kernel that builds tensor descriptors on the device
+(the Hopper flash kernels) faults there.  This path compiles with Triton's
+compiler exactly as the PyTorch binding's launches do (same binary, same
+on-disk cache) and hands the PTX to jaxlib's ``triton_kernel_call``, the
+custom-call target jax-triton lowers to.  jaxlib passes null pointers for
+Triton's two hidden scratch parameters after the kernel's own; one more
+array parameter placed after the kernel's own lands in the first, global
+scratch: an extra XLA output of ``programs * num_ctas * scratch_bytes``
+bytes that the caller never sees.
+
+The compile happens at trace time (the scratch size is part of the call's
+output shapes); the target is the first GPU's compute capability, or
+``TWINKERNELS_CUDA_ARCH`` (e.g. ``90``) for an ahead-of-time lowering on a
+host without one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+from core_triton import In, LaunchPlan
+from core_triton.common.compiled import CompiledLaunch, compile_plan
+
+_call_p = Primitive("twinkernels_compiled_triton_call")
+_call_p.multiple_results = True
+
+
+@_call_p.def_impl
+def _impl(*args, **params):
+    return jax.jit(lambda *a: _call_p.bind(*a, **params))(*args)
+
+
+@_call_p.def_abstract_eval
+def _abstract(*_, launch, out_avals, aliases):
+    return out_avals
+
+
+class _Key:
+    """A compiled launch as a primitive parameter: hashed and compared by
+    identity (launches are cached per plan and dtypes, so equal ones are
+    the same object)."""
+
+    __slots__ = ("launch",)
+
+    def __init__(self, launch: CompiledLaunch):
+        self.launch = launch
+
+
+@functools.cache
+def _capability() -> int:
+    arch = os.environ.get("TWINKERNELS_CUDA_ARCH")
+    if arch:
+        return int(arch)
+    for d in jax.devices():
+        cc = getattr(d, "compute_capability", None)
+        if cc:
+            major, minor = str(cc).split(".")
+            return int(major) * 10 + int(minor)
+    raise RuntimeError(
+        "no CUDA device to compile for: set TWINKERNELS_CUDA_ARCH (e.g. 90) for an ahead-of-time lowering"
+    )
+
+
+_LAUNCHES: dict = {}
+
+
+def _compiled(plan: LaunchPlan, dtypes: dict[str, str]) -> _Key:
+    key = (id(plan), tuple(sorted(dtypes.items())))
+    hit = _LAUNCHES.get(key)
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    compiled = _Key(compile_plan(plan, dtypes, _capability()))
+    _LAUNCHES[key] = (plan, compiled)
+    return compiled
+
+
+def _kernel(launch: CompiledLaunch):
+    from jax._src.lib import gpu_triton as lib
+
+    try:
+        # jaxlib 0.10-0.11: (name, warps, ctas, shared, ptx, ttir, capability)
+        return lib.TritonKernel(
+            launch.name,
+            launch.num_warps,
+            launch.num_ctas,
+            launch.shared,
+            launch.ptx,
+            launch.ttir,
+            launch.capability,
+        )
+    except TypeError:
+        # later jaxlib: (name, warps, shared, ptx, ttir, capability, cluster x, y, z)
+        return lib.TritonKernel(
+            launch.name, launch.num_warps, launch.shared, launch.ptx, launch.ttir, launch.capability, 1, 1, 1
+        )
+
+
+def _lowering(ctx, *arrays, launch, out_avals, aliases):
+    from jax._src.lib import gpu_triton as lib
+
+    c = launch.launch
+    zeroed = {i: np.dtype(a.dtype).itemsize * a.size for i, a in enumerate(out_avals) if i in aliases.zeroed}
+    params, n_array = [], 0
+    n_in = len(ctx.avals_in)
+    for p in c.params:
+        if p.array:
+            out = n_array - n_in
+            params.append(lib.create_array_parameter(zeroed.get(out, 0), p.divisible))
+            n_array += 1
+        else:
+            value = bool(p.value) if p.type == "i1" else p.value
+            params.append(lib.create_scalar_parameter(value, p.type))
+    if c.scratch_bytes:
+        params.append(lib.create_array_parameter(0, 0))
+    call = lib.TritonKernelCall(_kernel(c), *c.grid, params)
+    rule = jax.ffi.ffi_lowering(
+        "triton_kernel_call",
+        api_version=2,
+        backend_config=zlib.compress(call.to_proto(c.name, b"")),
+        operand_output_aliases=dict(aliases.pairs),
+    )
+    return rule(ctx, *arrays)
+
+
+mlir.register_lowering(_call_p, _lowering, platform="cuda")
+
+
+class _Aliases:
+    """Hashable static parameters: zero-filled outputs and operand -> output aliases."""
+
+    __slots__ = ("zeroed", "pairs")
+
+    def __init__(self, zeroed, pairs):
+        self.zeroed = frozenset(zeroed)
+        self.pairs = tuple(pairs)
+
+    def __eq__(self, other):
+        return isinstance(other, _Aliases) and (self.zeroed, self.pairs) == (other.zeroed, other.pairs)
+
+    def __hash__(self):
+        return hash((self.zeroed, self.pairs))
+
+
+def compiled_call(plan: LaunchPlan, names: list[str], arrays: list[jax.Array]) -> list[jax.Array]:
+    """Launch ``plan`` (a fixed grid, a plain ``triton.jit`` kernel) on
+    ``arrays`` (the plan's unique inputs, named ``names``); its outputs."""
+    if any(o.fill not in (None, 0) for o in plan.outputs):
+        raise NotImplementedError("the compiled launch path can only zero outputs")
+    dtypes = {n: jnp.dtype(a.dtype).name for n, a in zip(names, arrays, strict=True)}
+    key = _compiled(plan, dtypes)
+    c = key.launch
+    out_avals = [jax.core.ShapedArray(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
+    if c.scratch_bytes:
+        programs = c.grid[0] * c.grid[1] * c.grid[2] * c.num_ctas
+        out_avals.append(jax.core.ShapedArray((programs * c.scratch_bytes,), jnp.uint8))
+    # Operands are the plan's array parameters in order, a repeated input
+    # passed again (the kernel's dummy pointers).
+    operand_names = [p.name for p in plan.params if isinstance(p, In)]
+    pairs = [(operand_names.index(name), i) for i, name in plan.aliases]
+    aliases = _Aliases((i for i, o in enumerate(plan.outputs) if o.fill == 0), pairs)
+    by_name = dict(zip(names, arrays, strict=True))
+
+    @jax.custom_batching.sequential_vmap
+    def call(*operands):
+        return tuple(_call_p.bind(*operands, launch=key, out_avals=tuple(out_avals), aliases=aliases))
+
+    outs = call(*[by_name[n] for n in operand_names])
+    return list(outs[: len(plan.outputs)])
