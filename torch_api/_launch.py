@@ -94,6 +94,11 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
     for n in names:
         t = inputs[n]
         used[n] = t.contiguous() if t.dim() == 1 else t
+    if getattr(plan.kernel, "needs_global_scratch", False):
+        # Tensor descriptors need 16-byte aligned bases (the interpreter
+        # checks it too); a view that starts mid-allocation may not be
+        # (JAX's buffers always are).
+        used = {n: t if t.data_ptr() % 16 == 0 else t.clone() for n, t in used.items()}
     poison = poison_outputs()
     outputs = (
         [_allocate(spec, device, poison) for spec in plan.outputs]

@@ -65,7 +65,7 @@ from core_triton.attention.flash_options import (  # noqa: F401 (the op's public
     validate,
     window_pair,
 )
-from core_triton.attention.flash_tma_plans import tma_forward
+from core_triton.attention.flash_tma_plans import tma_forward, ws_forward
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import cached_checks, cdiv, next_power_of_2
@@ -78,6 +78,15 @@ def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
     plans made before are dropped, so the next call plans again."""
     flash_tma_plans.TMA_FORWARD = bool(enabled)
     _replan(flash_tma_plans.TMA_CONFIGS, configs)
+
+
+def set_ws_forward(mode: str, configs: dict | None = None) -> None:
+    """The warp-specialised forward: "auto" (sm_90 GPUs), "on" or "off"
+    (and its configs); plans made before are dropped."""
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"mode must be 'auto', 'on' or 'off', got {mode!r}")
+    flash_tma_plans.WS_FORWARD = mode
+    _replan(flash_tma_plans.WS_CONFIGS, configs)
 
 
 def set_tma_backward(enabled: bool, configs: dict | None = None) -> None:
@@ -300,7 +309,11 @@ def attention_plans(
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
     plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
-    forward = tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or forward
+    forward = (
+        tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
+        or ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
+        or forward
+    )
 
     # Inputs and scalars of every gradient launch, in kernel order.
     grad_params = (

@@ -1,7 +1,8 @@
-"""The opt-in tensor-descriptor flash kernels (issue 15;
-flash_fwd_tma.py, flash_bwd_tma.py): their switches, configs and launches.
-core_triton.attention.flash takes them where they apply when switched on
-(``flash.set_tma_forward`` / ``set_tma_backward``)."""
+"""The tensor-descriptor flash kernels: the warp-specialised forward for
+Hopper (flash_fwd_ws.py; on by default on sm_90 GPUs), and the opt-in
+kernels of issue 15 (flash_fwd_tma.py, flash_bwd_tma.py): their switches,
+configs and launches.  core_triton.attention.flash takes them where they
+apply (``flash.set_ws_forward``, ``set_tma_forward``, ``set_tma_backward``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import os
 
 from core_triton.attention.flash_bwd_tma import flash_bwd_dkdv_tma_kernel, flash_bwd_dq_tma_kernel
 from core_triton.attention.flash_fwd_tma import flash_fwd_tma_kernel
+from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import interpreter_requested
+from core_triton.common.runtime import cuda_capability, interpreter_requested
 from core_triton.common.utils import cdiv, next_power_of_2
 
 # flash_fwd_tma_kernel for the plain and causal forward, when TMA_FORWARD is
@@ -38,7 +40,26 @@ def _row_major(info: TensorInfo) -> bool:
     return all(n == 1 or st == e for n, st, e in pairs)
 
 
-def _tma_applies(q, k, v, opts, plain, out_dtype) -> bool:
+# flash_fwd_ws_kernel for the plain and causal forward: "auto" takes it on
+# sm_90 GPUs (Hopper), "on" everywhere (the interpreter runs it with small
+# blocks, for CI), "off" never (TWINKERNELS_FLASH_WS before import, or
+# flash.set_ws_forward).  (BM, BN, num_warps, num_stages) per head dim; the
+# warp-specialisation pass adds 8 warps to num_warps.  Head dim 128 only:
+# at 64 it ran slower than flash_fwd_kernel on the H100 (B4 T8k 325 against
+# 416 TF/s), and three stages gave NaN at either (a miscompile that
+# tests/suites/flash_attention.py pins).
+WS_FORWARD = os.environ.get("TWINKERNELS_FLASH_WS", "auto")
+WS_CONFIGS = {128: (128, 128, 4, 2)}
+_WS_INTERPRETED = (32, 16, 4, 1)
+
+
+def _ws_wanted() -> bool:
+    if WS_FORWARD == "auto":
+        return not interpreter_requested() and cuda_capability() == 90
+    return WS_FORWARD == "on"
+
+
+def _tma_applies(q, k, v, opts, plain, out_dtype, configs=None) -> bool:
     """What both tensor-descriptor paths take (core_triton.attention.flash_fwd_tma)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
@@ -52,7 +73,7 @@ def _tma_applies(q, k, v, opts, plain, out_dtype) -> bool:
         and q.dtype == k.dtype == v.dtype
         and (out_dtype or q.dtype) == q.dtype
         and D == v.shape[3]
-        and D in TMA_CONFIGS
+        and D in (TMA_CONFIGS if configs is None else configs)
         and Tq >= 1
         and Tk >= 1
         and all(_row_major(t) for t in (q, k, v))
@@ -92,6 +113,46 @@ def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> L
             CAUSAL=opts.causal,
             HAS_SINK=sink is not None,
             DOT_PREC="tf32",
+            BM=bm,
+            BN=bn,
+        ),
+        num_warps=w,
+        num_stages=s,
+    )
+
+
+def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+    """The forward through flash_fwd_ws_kernel, or None where it does not
+    apply (see core_triton.attention.flash_fwd_ws)."""
+    if not (_ws_wanted() and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
+        return None
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
+    return LaunchPlan(
+        kernel=flash_fwd_ws_kernel,
+        grid=(cdiv(Tq, bm), B * HQ),
+        params=(
+            In("q"),
+            In("k"),
+            In("v"),
+            In("softmax_aux") if sink is not None else In("q"),
+            opts.scale,
+            B,
+            Tq,
+            Tk,
+            HQ,
+            H,
+            n_sink,
+            sink_stride,
+        ),
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
+        output_names=("out", "lse"),
+        constexprs=dict(
+            D=D,
+            BS=max(2, next_power_of_2(n_sink)),
+            CAUSAL=opts.causal,
+            HAS_SINK=sink is not None,
             BM=bm,
             BN=bn,
         ),

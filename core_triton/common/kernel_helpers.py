@@ -28,6 +28,19 @@ def dot(a, b, PRECISION: tl.constexpr):
 
 
 @triton.jit
+def dot_acc(a, b, acc):
+    """``acc + a @ b`` for half-precision ``a, b`` and a float32 ``acc``, as
+    one accumulating product (the form Triton's Hopper warp-specialisation
+    pass pipelines).  The interpreter multiplies in float32 (its half
+    products are not exact)."""
+    if INTERPRETED:
+        out = acc + tl.dot(a.to(tl.float32), b.to(tl.float32))
+    else:
+        out = tl.dot(a, b, acc)
+    return out
+
+
+@triton.jit
 def hint16(value, DIVISIBLE: tl.constexpr):
     """``value``, known to be a multiple of 16 when the plan says so.
     jax-triton passes ints without Triton's divisibility specialisation, and

@@ -47,6 +47,21 @@ def multiprocessor_count() -> int:
         return DEFAULT_MULTIPROCESSORS
 
 
+@functools.lru_cache(maxsize=1)
+def cuda_capability() -> int | None:
+    """The current CUDA GPU's compute capability as one number (90 for the
+    H100 and H200), read once; None under the interpreter or without one."""
+    if interpreter_requested():
+        return None
+    try:
+        import triton
+
+        target = triton.runtime.driver.active.get_current_target()
+        return int(target.arch) if target.backend == "cuda" else None
+    except Exception:  # no GPU driver
+        return None
+
+
 def jit(*, sizes: tuple[str, ...] = ()):
     """``triton.jit`` for our kernels.  ``sizes`` names the int arguments
     that change from call to call with the data (sequence lengths, numbers

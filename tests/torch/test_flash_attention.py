@@ -34,6 +34,32 @@ class TestTorchFlashAttention(FlashAttentionSuite):
         for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv"), ("bias", "dbias")):
             assert_close(FW.numpy(grads[n]), ref[r], "float32", n)
 
+    def test_unaligned_views_take_the_descriptor_kernels(self):
+        # Contiguous views that start 2 bytes into their storage: the
+        # warp-specialised forward (forced on; the plan's pick on sm_90)
+        # builds tensor descriptors, which need 16-byte aligned bases, so
+        # the launcher hands it aligned copies.
+        import torch
+
+        from core_triton.attention import flash, flash_tma_plans
+
+        case = make_case(np.random.default_rng(11), Tq=70, Tk=70, HQ=2, H=1, D=128)
+        views = {}
+        for n in ("query", "key", "value"):
+            x = torch.from_numpy(case[n]).to(FW.device, torch.bfloat16)
+            flat = torch.empty(x.numel() + 1, dtype=torch.bfloat16, device=FW.device)
+            flat[1:] = x.reshape(-1)
+            views[n] = flat[1:].view(x.shape)
+            assert views[n].data_ptr() % 16 != 0
+        before = flash_tma_plans.WS_FORWARD
+        flash.set_ws_forward("on")
+        try:
+            out = FW.api.flash_attention(**views, causal=True)
+        finally:
+            flash.set_ws_forward(before)
+        seen = {n: FW.numpy(v) for n, v in views.items()}
+        assert_close(FW.numpy(out), attention_ref(**seen, causal=True)["out"], "bfloat16", "output")
+
 
 def _gpu_memory() -> float:
     import torch

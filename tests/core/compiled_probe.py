@@ -1,0 +1,38 @@
+"""Compile the warp-specialised flash forward's launch plan for Hopper
+(sm_90) through core_triton.common.compiled (the JAX binding's compile
+path; the same binder, source and options as Triton's own launcher), with
+no GPU, and print what came out.  Run as a script (Triton must not be in
+interpreter mode): ``python -m tests.core.compiled_probe``."""
+
+from __future__ import annotations
+
+import json
+
+from core_triton.attention import flash, flash_tma_plans
+from core_triton.common.compiled import compile_plan
+from core_triton.common.launch import TensorInfo
+
+
+def main():
+    flash_tma_plans.WS_FORWARD = "on"
+    B, T, H, D = 2, 1000, 4, 128
+    q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
+    result = {}
+    for causal in (False, True):
+        plans, _ = flash.plans(q, q, q, causal=causal)
+        plan = plans.forward
+        c = compile_plan(plan, {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16"}, 90)
+        result[f"causal={causal}"] = {
+            "kernel": plan.kernel.__name__,
+            "num_warps_planned": plan.num_warps,
+            "num_warps": c.num_warps,
+            "setmaxnreg": c.ptx.count("setmaxnreg"),
+            "scratch_bytes": c.scratch_bytes,
+            "grid": list(c.grid),
+            "params": [[p.type, p.value] for p in c.params],
+        }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
