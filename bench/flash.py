@@ -24,6 +24,12 @@ CASES = [  # name, B, T, HQ, H, D, causal
     ("B16 T2k D128 full", 16, 2048, 16, 16, 128, False),
     ("B16 T2k D128 causal", 16, 2048, 16, 16, 128, True),
     ("llama B1 T4k 32:4 D64 causal", 1, 4096, 32, 4, 64, True),
+    # Where the warp-specialised forward (head dim 128) is taken beyond the
+    # issue's shapes: shorter and longer sequences.
+    ("B4 T1k D128 full", 4, 1024, 16, 16, 128, False),
+    ("B4 T1k D128 causal", 4, 1024, 16, 16, 128, True),
+    ("B4 T16k D128 full", 4, 16384, 16, 16, 128, False),
+    ("B4 T16k D128 causal", 4, 16384, 16, 16, 128, True),
     ("B4 T8k D64 full", 4, 8192, 16, 16, 64, False),
     ("B4 T8k D64 causal", 4, 8192, 16, 16, 64, True),
     ("B16 T2k D64 full", 16, 2048, 16, 16, 64, False),

@@ -51,11 +51,15 @@ def _row_major(info: TensorInfo) -> bool:
 WS_FORWARD = os.environ.get("TWINKERNELS_FLASH_WS", "auto")
 WS_CONFIGS = {128: (128, 128, 4, 2)}
 _WS_INTERPRETED = (32, 16, 4, 1)
+# "auto" takes it from this many queries and keys on: at 1024 (B4 H16) it
+# ran slower than flash_fwd_kernel's short-sequence tiles (0.139 against
+# 0.117 ms), from 2048 on faster.
+WS_MIN_LEN = 2048
 
 
-def _ws_wanted() -> bool:
+def _ws_wanted(Tq: int, Tk: int) -> bool:
     if WS_FORWARD == "auto":
-        return not interpreter_requested() and cuda_capability() == 90
+        return not interpreter_requested() and cuda_capability() == 90 and min(Tq, Tk) >= WS_MIN_LEN
     return WS_FORWARD == "on"
 
 
@@ -124,7 +128,7 @@ def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> L
 def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
     """The forward through flash_fwd_ws_kernel, or None where it does not
     apply (see core_triton.attention.flash_fwd_ws)."""
-    if not (_ws_wanted() and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
+    if not (_ws_wanted(q.shape[1], k.shape[1]) and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
         return None
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape

@@ -468,8 +468,9 @@ class FlashAttentionSuite(KernelLevelCases):
     def test_ws_forward_where_it_applies(self, monkeypatch):
         """On an sm_90 GPU the plan takes the warp-specialised forward by
         itself for plain and causal half-precision attention at head dim
-        128, and keeps the main kernel at other head dims, for float32 and
-        with a window."""
+        128 from 2048 queries and keys on, and keeps the main kernel for
+        shorter sequences, at other head dims, for float32 and with a
+        window."""
         from core_triton.attention import flash_tma_plans
         from core_triton.common.runtime import cuda_capability
 
@@ -478,8 +479,10 @@ class FlashAttentionSuite(KernelLevelCases):
         self._kernel_level(True)
         fw = self.fw
         for shape, options, dtype, ws in (
-            ({"D": 128, "Tq": 300, "Tk": 300}, {"causal": True}, "bfloat16", True),
-            ({"D": 128, "Tq": 300, "Tk": 200}, {}, "float16", True),
+            ({"D": 128, "Tq": 2048, "Tk": 2048}, {"causal": True}, "bfloat16", True),
+            ({"D": 128, "Tq": 2100, "Tk": 3000, "HQ": 2}, {}, "float16", True),
+            # Short sequences keep the main kernel's short-sequence tiles.
+            ({"D": 128, "Tq": 1000, "Tk": 1000}, {"causal": True}, "bfloat16", False),
             # (Head dim 96 rather than 64: the same choice without autotuning.)
             ({"D": 96, "Tq": 300, "Tk": 300}, {"causal": True}, "bfloat16", False),
             ({"D": 128, "Tq": 100, "Tk": 100}, {}, "float32", False),
