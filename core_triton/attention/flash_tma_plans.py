@@ -84,16 +84,15 @@ def _tma_applies(q, k, v, opts, plain, out_dtype, configs=None) -> bool:
     )
 
 
-def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
-    """The forward through flash_fwd_tma_kernel, or None where it does not
-    apply (see core_triton.attention.flash_fwd_tma)."""
-    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype)):
-        return None
+def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride, **consts) -> LaunchPlan:
+    """A forward launch of one of the descriptor kernels (same parameters:
+    ``q, k, v``, the sinks or a placeholder, scale, sizes, sink count and
+    stride; outputs ``out, lse``); ``config`` is (BM, BN, warps, stages)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    bm, bn, w, s = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[D]
+    bm, bn, w, s = config
     return LaunchPlan(
-        kernel=flash_fwd_tma_kernel,
+        kernel=kernel,
         grid=(cdiv(Tq, bm), B * HQ),
         params=(
             In("q"),
@@ -116,12 +115,23 @@ def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> L
             BS=max(2, next_power_of_2(n_sink)),
             CAUSAL=opts.causal,
             HAS_SINK=sink is not None,
-            DOT_PREC="tf32",
             BM=bm,
             BN=bn,
+            **consts,
         ),
         num_warps=w,
         num_stages=s,
+    )
+
+
+def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+    """The forward through flash_fwd_tma_kernel, or None where it does not
+    apply (see core_triton.attention.flash_fwd_tma)."""
+    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype)):
+        return None
+    config = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[q.shape[3]]
+    return _descriptor_forward(
+        flash_fwd_tma_kernel, config, q, k, v, opts, sink, n_sink, sink_stride, DOT_PREC="tf32"
     )
 
 
@@ -130,39 +140,8 @@ def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> La
     apply (see core_triton.attention.flash_fwd_ws)."""
     if not (_ws_wanted(q.shape[1], k.shape[1]) and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
         return None
-    B, Tq, HQ, D = q.shape
-    _, Tk, H, _ = k.shape
-    bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
-    return LaunchPlan(
-        kernel=flash_fwd_ws_kernel,
-        grid=(cdiv(Tq, bm), B * HQ),
-        params=(
-            In("q"),
-            In("k"),
-            In("v"),
-            In("softmax_aux") if sink is not None else In("q"),
-            opts.scale,
-            B,
-            Tq,
-            Tk,
-            HQ,
-            H,
-            n_sink,
-            sink_stride,
-        ),
-        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
-        output_names=("out", "lse"),
-        constexprs=dict(
-            D=D,
-            BS=max(2, next_power_of_2(n_sink)),
-            CAUSAL=opts.causal,
-            HAS_SINK=sink is not None,
-            BM=bm,
-            BN=bn,
-        ),
-        num_warps=w,
-        num_stages=s,
-    )
+    config = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[q.shape[3]]
+    return _descriptor_forward(flash_fwd_ws_kernel, config, q, k, v, opts, sink, n_sink, sink_stride)
 
 
 def tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchPlan] | None:
