@@ -10,9 +10,12 @@ flash forward (core_triton.attention.flash_fwd_ws) on the GPU.
 3. The JAX binding (through jax_api._compiled, the kernel needs global
    scratch): its output against the PyTorch binding's (the same binary,
    so equal bit for bit), forward and forward+backward times.
+4. ``bound``: the design's bound, a warp-specialised kernel with no mask
+   and no lse (right only where every key block is whole, non-causal),
+   beside ours at B4 T8k and B16 T2k, head dim 128.
 
-``python -m bench.probes.flash_ws [correct] [time] [jax]`` (all three by
-default); ``TWINKERNELS_BENCH_DIR`` gets ``flash_ws.json``."""
+``python -m bench.probes.flash_ws [correct] [time] [jax] [bound]`` (the
+first three by default); ``TWINKERNELS_BENCH_DIR`` gets ``flash_ws.json``."""
 
 # ruff: noqa: B023  (closures are called inside the iteration that made them)
 from __future__ import annotations
@@ -199,6 +202,62 @@ def jax_part(torch, torch_api, flash, results):
     flash.set_ws_forward("auto")
 
 
+def _unmasked_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def unmasked(Q, K, V, scale, T, NR, OUT, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr):  # fmt: skip
+        pid_m = tl.program_id(0)
+        b = tl.program_id(1) // H
+        h = tl.program_id(1) % H
+        q_desc = tl.make_tensor_descriptor(Q, shape=[NR, H * D], strides=[H * D, 1], block_shape=[BM, D])
+        k_desc = tl.make_tensor_descriptor(K, shape=[NR, H * D], strides=[H * D, 1], block_shape=[BN, D])
+        v_desc = tl.make_tensor_descriptor(V, shape=[NR, H * D], strides=[H * D, 1], block_shape=[BN, D])
+        q = q_desc.load([b * T + pid_m * BM, h * D])
+        m_i = tl.zeros([BM], dtype=tl.float32) - float("inf")
+        l_i = tl.zeros([BM], dtype=tl.float32)
+        acc = tl.zeros([BM, D], dtype=tl.float32)
+        for start in tl.range(0, T, BN, warp_specialize=True):
+            s = tl.dot(q, k_desc.load([b * T + start, h * D]).T) * (scale * 1.44269504)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            p = tl.math.exp2(s - m_new[:, None])
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = v_desc.load([b * T + start, h * D])
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+            m_i = m_new
+        rows = (b.to(tl.int64) * T + pid_m * BM + tl.arange(0, BM)) * (H * D) + h * D
+        out = (acc / l_i[:, None]).to(OUT.dtype.element_ty)
+        tl.store(OUT + rows[:, None] + tl.arange(0, D)[None, :], out)
+
+    return unmasked
+
+
+def bound(torch, torch_api, flash, results):
+    from torch_api._launch import _ensure_scratch_allocator
+
+    kernel = _unmasked_kernel()
+    _ensure_scratch_allocator()
+    for B, T in ((4, 8192), (16, 2048)):
+        H, D = 16, 128
+        q, k, v = _inputs(torch, B, T, T, H, H, D)
+        out = torch.empty_like(q)
+
+        def unmasked():
+            kernel[(T // 128, B * H)](q, k, v, D**-0.5, T, B * T, out, H=H, D=D, BM=128, BN=128,
+                                      num_warps=4, num_stages=2)  # fmt: skip
+
+        unmasked()
+        err = _err(torch, out, torch_api.flash_attention(q, k, v).float())[0]
+        for name, fn in (("unmasked bound", unmasked), ("ours", lambda: torch_api.flash_attention(q, k, v))):
+            tf = [round(_flops(B, T, H, D, False, "fwd") / _ms(fn) / 1e9) for _ in range(3)]
+            row = {"part": "bound", "B": B, "T": T, "impl": name, "fwd TF/s": tf, "err vs ours": err}
+            print(row, flush=True)
+            results.append(row)
+
+
 def main(parts):
     import torch
 
@@ -210,7 +269,8 @@ def main(parts):
     os.makedirs(out_dir, exist_ok=True)
     try:
         for part in parts:
-            {"correct": correct, "time": timing, "jax": jax_part}[part](torch, torch_api, flash, results)
+            parts_ = {"correct": correct, "time": timing, "jax": jax_part, "bound": bound}
+            parts_[part](torch, torch_api, flash, results)
     finally:
         with open(os.path.join(out_dir, "flash_ws.json"), "w") as f:
             json.dump(results, f, indent=1, default=str)

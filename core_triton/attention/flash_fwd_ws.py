@@ -11,9 +11,9 @@ loop.  A second loop (the masked diagonal blocks) crashes the pass; a
 masked block before or after the loop, or a branch inside it, makes the
 pass leave the kernel unspecialised, as does a descriptor store under a
 branch; a 3-D descriptor store reshaped from the tile crashes it.  So
-every block is masked (one integer compare and select per score against
-each row's last visible key), and the output goes out through masked
-stores.
+every block is masked (causal: one integer compare and select per score
+against each row's last visible key; otherwise a per-column bias fused
+into the scaling), and the output goes out through masked stores.
 
 Same outputs as ``flash_fwd_kernel`` (``out [B, Tq, HQ, D]`` in the
 inputs' dtype, ``lse [B, HQ, Tq]`` float32, natural log), so the backward
