@@ -25,8 +25,12 @@ the main kernel) or not, attention sinks, ``Tq, Tk >= 1``.
 
 Loads see the tensors as ``[B * T, heads * D]``: a query block past its
 batch's last row reads the next batch's rows (or zeros past the end),
-whose outputs are never stored; a key block past ``Tk`` reads keys of the
-next batch, which the mask drops.  Descriptors live in Triton's global
+whose outputs are never stored; a key block past ``Tk`` would read keys
+and values of the next batch, which the mask drops, but where those hold
+infinities or NaN, ``0 * NaN`` would still reach this batch's output: so
+the plan takes this kernel for several batches only when ``Tk`` is a
+multiple of the key block (no block crosses a batch), and the main kernel
+otherwise.  Descriptors live in Triton's global
 scratch (the launcher gives it: torch ``triton.set_allocator``, JAX
 jax_api._compiled).
 """
@@ -38,10 +42,13 @@ from core_triton.attention.flash_common import LN2, LOG2E
 from core_triton.common.kernel_helpers import dot, dot_acc
 from core_triton.common.runtime import jit
 
-# The mask's score for a dropped key: finite, so a block whose keys a row
-# may not see leaves the running maximum alone (every row sees key 0, so
-# its maximum is a real score after the first block) and adds exp2(-1e6 -
-# m) = 0 to its normaliser.
+# The mask's score for a dropped key, in the scores' log2 units: finite, so
+# a block whose keys a row may not see leaves the running maximum alone
+# (every row sees key 0, in the first block, so its maximum is a real score
+# from then on) and adds exp2(-1e6 - m) = 0 to its normaliser.  It holds
+# while real scores stay above it (|q.k| * scale below about 6.9e5, far past
+# any real model's logits, where float32 scores keep no fraction anyway);
+# -inf would lift the bound, but has not been checked on the GPU here.
 MASKED = tl.constexpr(-1.0e6)
 
 
@@ -49,7 +56,9 @@ MASKED = tl.constexpr(-1.0e6)
 def rows_view(X, rows, heads, D: tl.constexpr, ROWS: tl.constexpr):
     """A device-side descriptor of a contiguous ``[B, T, heads, D]`` tensor
     seen as ``[B * T, heads * D]`` (``rows = B * T``), in boxes of ``[ROWS,
-    D]``: a box at ``[b * T + t, head * D]`` is ``ROWS`` rows of one head."""
+    D]``: a box at ``[b * T + t, head * D]`` is ``ROWS`` rows of one head.
+    (One descriptor per batch, on the batch's own base, gave wrong results
+    on the H100 after Triton's warp-specialisation pass, Triton 3.6.)"""
     return tl.make_tensor_descriptor(
         X, shape=[rows, heads * D], strides=[heads * D, 1], block_shape=[ROWS, D]
     )
@@ -135,8 +144,7 @@ def flash_fwd_ws_kernel(
         l_i = l_i * alpha + tl.sum(tl.exp2(sink[None, :] - m_f[:, None]), 1)
         acc = acc * alpha[:, None]
         m_i = m_f
-    # Every row of a real query sees key 0, so l_i > 0 there; rows past Tq
-    # (never stored) may divide by 0.
+    # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
     out = (acc / l_i[:, None]).to(OUT.dtype.element_ty)
     lse = (m_i + tl.log2(l_i)) * LN2
     b64 = b.to(tl.int64)

@@ -141,6 +141,10 @@ def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> La
     if not (_ws_wanted(q.shape[1], k.shape[1]) and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
         return None
     config = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[q.shape[3]]
+    B, Tk = q.shape[0], k.shape[1]
+    if B > 1 and Tk % config[1]:
+        # A key block would cross into the next batch (flash_fwd_ws).
+        return None
     return _descriptor_forward(flash_fwd_ws_kernel, config, q, k, v, opts, sink, n_sink, sink_stride)
 
 

@@ -4,7 +4,7 @@ import pytest
 from core_triton.attention.naive import attention_ref
 from tests.frameworks import TorchFramework
 from tests.reference import assert_close
-from tests.suites.flash_attention import FlashAttentionSuite, make_case, vjp
+from tests.suites.flash_attention import FlashAttentionSuite, make_case, spy_launches, vjp
 
 FW = TorchFramework()
 
@@ -34,31 +34,40 @@ class TestTorchFlashAttention(FlashAttentionSuite):
         for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv"), ("bias", "dbias")):
             assert_close(FW.numpy(grads[n]), ref[r], "float32", n)
 
-    def test_unaligned_views_take_the_descriptor_kernels(self):
+    def test_unaligned_views_take_the_descriptor_kernels(self, monkeypatch):
         # Contiguous views that start 2 bytes into their storage: the
         # warp-specialised forward (forced on; the plan's pick on sm_90)
         # builds tensor descriptors, which need 16-byte aligned bases, so
-        # the launcher hands it aligned copies.
+        # the launcher hands it aligned copies.  Gradients flow back to the
+        # views' storage.
         import torch
 
         from core_triton.attention import flash, flash_tma_plans
 
         case = make_case(np.random.default_rng(11), Tq=70, Tk=70, HQ=2, H=1, D=128)
-        views = {}
+        flats, views = {}, {}
         for n in ("query", "key", "value"):
             x = torch.from_numpy(case[n]).to(FW.device, torch.bfloat16)
-            flat = torch.empty(x.numel() + 1, dtype=torch.bfloat16, device=FW.device)
+            flat = torch.zeros(x.numel() + 1, dtype=torch.bfloat16, device=FW.device)
             flat[1:] = x.reshape(-1)
-            views[n] = flat[1:].view(x.shape)
+            flats[n] = flat.requires_grad_(True)
+            views[n] = flats[n][1:].view(x.shape)
             assert views[n].data_ptr() % 16 != 0
+        do = np.random.default_rng(12).standard_normal((1, 70, 2, 128))
         before = flash_tma_plans.WS_FORWARD
         flash.set_ws_forward("on")
         try:
+            seen_plans = spy_launches(FW, monkeypatch)
             out = FW.api.flash_attention(**views, causal=True)
+            out.backward(FW.array(do, "bfloat16"))
         finally:
             flash.set_ws_forward(before)
-        seen = {n: FW.numpy(v) for n, v in views.items()}
-        assert_close(FW.numpy(out), attention_ref(**seen, causal=True)["out"], "bfloat16", "output")
+        assert seen_plans[0].kernel is flash_tma_plans.flash_fwd_ws_kernel
+        seen = {n: FW.numpy(v.detach()) for n, v in views.items()}
+        ref = attention_ref(**seen, causal=True, do=FW.numpy(FW.array(do, "bfloat16")))
+        assert_close(FW.numpy(out.detach()), ref["out"], "bfloat16", "output")
+        for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv")):
+            assert_close(FW.numpy(flats[n].grad[1:].view(views[n].shape)), ref[r], "bfloat16", n)
 
 
 def _gpu_memory() -> float:
