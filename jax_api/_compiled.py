@@ -4,9 +4,11 @@ compiled) from JAX, through jaxlib's Triton call.
 jax-triton 0.3.1 compiles kernels itself and launches them with null
 global scratch, so a kernel that builds tensor descriptors on the device
 (the Hopper flash kernels) faults there.  This path compiles with Triton's
-compiler exactly as the PyTorch binding's launches do (same binary, same
-on-disk cache) and hands the PTX to jaxlib's ``triton_kernel_call``, the
-custom-call target jax-triton lowers to.  jaxlib passes null pointers for
+compiler exactly as the PyTorch binding's launches do (same source,
+options and on-disk cache, so the same PTX) and hands the PTX to jaxlib's
+``triton_kernel_call``, the custom-call target jax-triton lowers to (jaxlib
+assembles the PTX itself, so the machine code may differ from the cubin
+Triton's launcher loads).  jaxlib passes null pointers for
 Triton's two hidden scratch parameters after the kernel's own; one more
 array parameter placed after the kernel's own lands in the first, global
 scratch: an extra XLA output of ``programs * num_ctas * scratch_bytes``
@@ -27,6 +29,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
@@ -37,9 +40,8 @@ _call_p = Primitive("twinkernels_compiled_triton_call")
 _call_p.multiple_results = True
 
 
-@_call_p.def_impl
-def _impl(*args, **params):
-    return jax.jit(lambda *a: _call_p.bind(*a, **params))(*args)
+# Eager calls compile the one-primitive computation once per parameters.
+_call_p.def_impl(functools.partial(dispatch.apply_primitive, _call_p))
 
 
 @_call_p.def_abstract_eval
@@ -73,7 +75,11 @@ def _capability() -> int:
     )
 
 
+# Compiled launches by (plan, input dtypes); the plan is kept with its
+# launch so that its id cannot be reused by another plan while cached.
+# Bounded like core_triton's plan caches.
 _LAUNCHES: dict = {}
+_LAUNCH_LIMIT = 1024
 
 
 def _compiled(plan: LaunchPlan, dtypes: dict[str, str]) -> _Key:
@@ -82,6 +88,8 @@ def _compiled(plan: LaunchPlan, dtypes: dict[str, str]) -> _Key:
     if hit is not None and hit[0] is plan:
         return hit[1]
     compiled = _Key(compile_plan(plan, dtypes, _capability()))
+    if len(_LAUNCHES) >= _LAUNCH_LIMIT:
+        _LAUNCHES.clear()
     _LAUNCHES[key] = (plan, compiled)
     return compiled
 
@@ -102,6 +110,8 @@ def _kernel(launch: CompiledLaunch):
         )
     except TypeError:
         # later jaxlib: (name, warps, shared, ptx, ttir, capability, cluster x, y, z)
+        if launch.num_ctas != 1:
+            raise NotImplementedError("kernels of several CTAs need jaxlib's older TritonKernel") from None
         return lib.TritonKernel(
             launch.name, launch.num_warps, launch.shared, launch.ptx, launch.ttir, launch.capability, 1, 1, 1
         )
@@ -119,10 +129,16 @@ def _lowering(ctx, *arrays, launch, out_avals, aliases):
             out = n_array - n_in
             params.append(lib.create_array_parameter(zeroed.get(out, 0), p.divisible))
             n_array += 1
+        elif p.type in ("u1", "i1"):
+            # Triton names a bool parameter u1; jaxlib knows it as i1.
+            params.append(lib.create_scalar_parameter(bool(p.value), "i1"))
         else:
-            value = bool(p.value) if p.type == "i1" else p.value
-            params.append(lib.create_scalar_parameter(value, p.type))
+            params.append(lib.create_scalar_parameter(p.value, p.type))
+    assert n_array == n_in + len(out_avals) - (1 if c.scratch_bytes else 0), (n_array, n_in, len(out_avals))
     if c.scratch_bytes:
+        # No divisibility asked of the scratch buffer: XLA's buffers were
+        # aligned well past Triton's 128 bytes wherever this ran on the H100;
+        # asking jaxlib to check c.scratch_align has not run there yet.
         params.append(lib.create_array_parameter(0, 0))
     call = lib.TritonKernelCall(_kernel(c), *c.grid, params)
     rule = jax.ffi.ffi_lowering(

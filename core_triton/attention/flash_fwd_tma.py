@@ -20,9 +20,9 @@ blocks every query row of the program may see, without a mask, then the
 blocks that need one (the causal diagonal, the last partial block).
 
 Device-side descriptors live in Triton's global scratch: the launcher must
-have an allocator (torch: ``triton.set_allocator``).  jax-triton 0.3.1 passes
-a null scratch pointer, so the JAX binding does not launch this kernel on a
-GPU (it says so); under the interpreter both bindings run it.
+have an allocator (torch: ``triton.set_allocator``; JAX: jax_api._compiled
+passes the scratch as an extra output, where jax-triton 0.3.1 would pass a
+null pointer).
 """
 
 import triton

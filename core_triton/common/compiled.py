@@ -8,7 +8,7 @@ specialises them (pointers and integers divisible by 16, integers equal to
 :func:`compile_plan` takes the same steps with the same binder on
 stand-ins for the arrays (dtype only, addresses 16-byte aligned), so the
 source, options and cache key are the ones the PyTorch binding compiles:
-both bindings run one binary.  Nothing here needs a GPU: the target is
+both bindings run the same PTX.  Nothing here needs a GPU: the target is
 named by its compute capability (ahead-of-time compiles work on any host
 with Triton).
 

@@ -50,7 +50,10 @@ def multiprocessor_count() -> int:
 @functools.lru_cache(maxsize=1)
 def cuda_capability() -> int | None:
     """The current CUDA GPU's compute capability as one number (90 for the
-    H100 and H200), read once; None under the interpreter or without one."""
+    H100 and H200), read once; None under the interpreter or without one.
+    Triton's driver answers where torch is installed (its CUDA driver
+    imports torch); otherwise the CUDA driver library itself (a JAX-only
+    install), device 0."""
     if interpreter_requested():
         return None
     try:
@@ -58,7 +61,25 @@ def cuda_capability() -> int | None:
 
         target = triton.runtime.driver.active.get_current_target()
         return int(target.arch) if target.backend == "cuda" else None
-    except Exception:  # no GPU driver
+    except Exception:  # no GPU driver Triton can use
+        return _driver_capability()
+
+
+def _driver_capability() -> int | None:
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        device, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(device), 0):
+            return None
+        # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR
+        if cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device):
+            return None
+        if cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device):
+            return None
+        return major.value * 10 + minor.value
+    except (OSError, AttributeError):
         return None
 
 
