@@ -126,9 +126,10 @@ def run(progress=None) -> list[dict]:
 
     import jax_api
     import torch_api
-    from core_triton.attention import flash
+    from core_triton.attention import flash, flash_tma_plans
 
     rows = []
+    mode_before = flash_tma_plans.WS_FORWARD
     try:
         for case in _cases():
             name, B, T, HQ, H, D, causal = case
@@ -170,7 +171,7 @@ def run(progress=None) -> list[dict]:
                 del made
                 torch.cuda.empty_cache()
     finally:
-        flash.set_ws_forward("auto")
+        flash.set_ws_forward(mode_before)
         _ratios(rows)
         save("flash", rows, {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"})
         print(markdown_table(rows, ["case", "mode", "impl", "ms", "TFLOP/s", "vs cuDNN"]))
