@@ -15,7 +15,8 @@ from core_triton.common.launch import TensorInfo
 
 def main():
     flash_tma_plans.WS_FORWARD = "on"
-    B, T, H, D = 2, 1000, 4, 128
+    # Two batches of whole key blocks (the plan's condition for several).
+    B, T, H, D = 2, 1024, 4, 128
     q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
     result = {}
     for causal in (False, True):

@@ -43,4 +43,4 @@ def test_ws_forward_compiles_warp_specialised_with_scratch():
         # sink count and stride, equal to 1, specialised away as Triton's
         # launcher does), then out and lse.
         assert types == ["*bf16"] * 4 + ["fp32"] + ["i32"] * 5 + ["*bf16", "*fp32"], r
-        assert [v for _, v in r["params"]][5:10] == [2, 1000, 1000, 4, 4], r
+        assert [v for _, v in r["params"]][5:10] == [2, 1024, 1024, 4, 4], r
