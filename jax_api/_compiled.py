@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import zlib
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -33,8 +34,10 @@ from jax._src import dispatch
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from core_triton import In, LaunchPlan
+from core_triton import LaunchPlan
 from core_triton.common.compiled import CompiledLaunch, compile_plan
+from core_triton.common.runtime import cuda_capability
+from jax_api._launch import alias_indices, zeroed_outputs
 
 _call_p = Primitive("twinkernels_compiled_triton_call")
 _call_p.multiple_results = True
@@ -60,16 +63,14 @@ class _Key:
         self.launch = launch
 
 
-@functools.cache
 def _capability() -> int:
     arch = os.environ.get("TWINKERNELS_CUDA_ARCH")
     if arch:
         return int(arch)
-    for d in jax.devices():
-        cc = getattr(d, "compute_capability", None)
-        if cc:
-            major, minor = str(cc).split(".")
-            return int(major) * 10 + int(minor)
+    # The same answer the plans got (core_triton.common.runtime).
+    capability = cuda_capability()
+    if capability is not None:
+        return capability
     raise RuntimeError(
         "no CUDA device to compile for: set TWINKERNELS_CUDA_ARCH (e.g. 90) for an ahead-of-time lowering"
     )
@@ -153,27 +154,19 @@ def _lowering(ctx, *arrays, launch, out_avals, aliases):
 mlir.register_lowering(_call_p, _lowering, platform="cuda")
 
 
+@dataclass(frozen=True)
 class _Aliases:
-    """Hashable static parameters: zero-filled outputs and operand -> output aliases."""
+    """Hashable static parameters: zero-filled outputs (indices) and
+    operand -> output aliases (pairs)."""
 
-    __slots__ = ("zeroed", "pairs")
-
-    def __init__(self, zeroed, pairs):
-        self.zeroed = frozenset(zeroed)
-        self.pairs = tuple(pairs)
-
-    def __eq__(self, other):
-        return isinstance(other, _Aliases) and (self.zeroed, self.pairs) == (other.zeroed, other.pairs)
-
-    def __hash__(self):
-        return hash((self.zeroed, self.pairs))
+    zeroed: frozenset
+    pairs: tuple
 
 
 def compiled_call(plan: LaunchPlan, names: list[str], arrays: list[jax.Array]) -> list[jax.Array]:
     """Launch ``plan`` (a fixed grid, a plain ``triton.jit`` kernel) on
     ``arrays`` (the plan's unique inputs, named ``names``); its outputs."""
-    if any(o.fill not in (None, 0) for o in plan.outputs):
-        raise NotImplementedError("the compiled launch path can only zero outputs")
+    zeroed = zeroed_outputs(plan)
     dtypes = {n: jnp.dtype(a.dtype).name for n, a in zip(names, arrays, strict=True)}
     key = _compiled(plan, dtypes)
     c = key.launch
@@ -181,16 +174,14 @@ def compiled_call(plan: LaunchPlan, names: list[str], arrays: list[jax.Array]) -
     if c.scratch_bytes:
         programs = c.grid[0] * c.grid[1] * c.grid[2] * c.num_ctas
         out_avals.append(jax.core.ShapedArray((programs * c.scratch_bytes,), jnp.uint8))
-    # Operands are the plan's array parameters in order, a repeated input
-    # passed again (the kernel's dummy pointers).
-    operand_names = [p.name for p in plan.params if isinstance(p, In)]
-    pairs = [(operand_names.index(name), i) for i, name in plan.aliases]
-    aliases = _Aliases((i for i, o in enumerate(plan.outputs) if o.fill == 0), pairs)
+    aliases = _Aliases(frozenset(zeroed), tuple(alias_indices(plan).items()))
     by_name = dict(zip(names, arrays, strict=True))
 
     @jax.custom_batching.sequential_vmap
     def call(*operands):
         return tuple(_call_p.bind(*operands, launch=key, out_avals=tuple(out_avals), aliases=aliases))
 
-    outs = call(*[by_name[n] for n in operand_names])
+    # Operands are the plan's array parameters in order, a repeated input
+    # passed again (the kernel's dummy pointers).
+    outs = call(*[by_name[n] for n in plan.input_names()])
     return list(outs[: len(plan.outputs)])

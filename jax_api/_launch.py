@@ -117,9 +117,7 @@ def _triton_call(plan, names, arrays):
         return compiled_call(plan, names, arrays)
     jt, out_kw = _jax_triton()
     out_shapes = [jax.ShapeDtypeStruct(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
-    zeroed = tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)
-    if any(o.fill not in (None, 0) for o in plan.outputs):
-        raise NotImplementedError("jax-triton can only zero outputs")
+    zeroed = zeroed_outputs(plan)
 
     @jax.custom_batching.sequential_vmap
     def call(*arrays):
@@ -137,7 +135,7 @@ def _triton_call(plan, names, arrays):
                 num_warps=plan.num_warps,
                 num_stages=plan.num_stages,
                 zeroed_outputs=zeroed,
-                input_output_aliases=_alias_indices(plan),
+                input_output_aliases=alias_indices(plan),
                 **{out_kw: out_shapes},
                 **plan.constexprs,
             )
@@ -160,9 +158,18 @@ def _takes_compiled_path(plan: LaunchPlan) -> bool:
     )
 
 
-def _alias_indices(plan: LaunchPlan) -> dict[int, int]:
-    """jax-triton's aliases: operand index -> output index.  Operands are the
-    plan's array parameters in order, repeats included (an absent input's
+def zeroed_outputs(plan: LaunchPlan) -> tuple[int, ...]:
+    """Indices of the outputs that start as zeros.  Both GPU launch paths
+    (jax-triton's, jax_api._compiled) have jaxlib zero them before the
+    kernel runs; no other fill can be asked of it."""
+    if any(o.fill not in (None, 0) for o in plan.outputs):
+        raise NotImplementedError("jaxlib's Triton call can only zero outputs")
+    return tuple(i for i, o in enumerate(plan.outputs) if o.fill == 0)
+
+
+def alias_indices(plan: LaunchPlan) -> dict[int, int]:
+    """The launch's aliases for jaxlib: operand index -> output index.
+    Operands are the plan's array parameters in order, repeats included (an absent input's
     dummy pointer is the same array passed again)."""
     arrays = [p.name for p in plan.params if isinstance(p, In)]
     return {arrays.index(name): i for i, name in plan.aliases}
