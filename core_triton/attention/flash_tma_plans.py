@@ -63,8 +63,9 @@ def _ws_wanted(Tq: int, Tk: int) -> bool:
     return WS_FORWARD == "on"
 
 
-def _tma_applies(q, k, v, opts, plain, out_dtype, configs=None) -> bool:
-    """What both tensor-descriptor paths take (core_triton.attention.flash_fwd_tma)."""
+def _tma_applies(q, k, v, opts, plain, out_dtype, configs: dict) -> bool:
+    """What every tensor-descriptor path takes (core_triton.attention.flash_fwd_tma),
+    at the head dims ``configs`` has tiles for."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     return (
@@ -77,7 +78,7 @@ def _tma_applies(q, k, v, opts, plain, out_dtype, configs=None) -> bool:
         and q.dtype == k.dtype == v.dtype
         and (out_dtype or q.dtype) == q.dtype
         and D == v.shape[3]
-        and D in (TMA_CONFIGS if configs is None else configs)
+        and D in configs
         and Tq >= 1
         and Tk >= 1
         and all(_row_major(t) for t in (q, k, v))
@@ -127,7 +128,7 @@ def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride
 def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
     """The forward through flash_fwd_tma_kernel, or None where it does not
     apply (see core_triton.attention.flash_fwd_tma)."""
-    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype)):
+    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype, TMA_CONFIGS)):
         return None
     config = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[q.shape[3]]
     return _descriptor_forward(
@@ -153,7 +154,7 @@ def tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchP
     apply (their inputs: ``q, k, v, do, lse, delta``)."""
     if not (
         TMA_BACKWARD
-        and _tma_applies(q, k, v, opts, plain, grad_dtype)
+        and _tma_applies(q, k, v, opts, plain, grad_dtype, TMA_CONFIGS)
         and do.dtype == q.dtype
         and do.shape == q.shape
         and _row_major(do)
