@@ -7,6 +7,7 @@ but long enough that every sequence spans several blocks and ends mid-block.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 import numpy as np
@@ -35,6 +36,24 @@ def vjp(fw, fn, inputs: dict, cotangents: tuple, constants=None):
     outs, pullback = fw.jax.vjp(lambda d: fn(**d, **constants), inputs)
     (grads,) = pullback(tuple(cotangents))
     return outs, grads
+
+
+@contextlib.contextmanager
+def ws_forward_on(fw, configs: dict | None = None):
+    """The warp-specialised flash forward forced on (with ``configs``, if
+    given), then its switch and configs as they were; the binding's traced
+    calls are dropped both ways, so each call plans again."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    before = flash_tma_plans.WS_FORWARD, dict(flash_tma_plans.WS_CONFIGS)
+    flash.set_ws_forward("on", configs)
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        flash_tma_plans.WS_CONFIGS.clear()
+        flash.set_ws_forward(*before)
+        fw.clear_caches()
 
 
 def spy_launches(fw, monkeypatch) -> list:
@@ -449,24 +468,17 @@ class FlashAttentionSuite(KernelLevelCases):
         sm_90 at head dim 128; forced on here, so the interpreter runs it
         with small blocks) matches the float64 reference, forward and every
         gradient (the main backward kernels take its lse)."""
-        from core_triton.attention import flash, flash_tma_plans
+        from core_triton.attention import flash_tma_plans
 
-        fw = self.fw
         shape, options, dtype, interpreted_too = WS_CASES[case]
         if interpreter_requested() and not interpreted_too:
             pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
         # On a GPU the JAX binding launches it its own way (jax_api._compiled).
         self._kernel_level(not interpreter_requested())
-        before = flash_tma_plans.WS_FORWARD
-        flash.set_ws_forward("on")
-        fw.clear_caches()
-        try:
-            seen = spy_launches(fw, monkeypatch)
+        with ws_forward_on(self.fw):
+            seen = spy_launches(self.fw, monkeypatch)
             self._check(make_case(np.random.default_rng(23), **shape), options, dtype=dtype)
-            assert seen[0].kernel is flash_tma_plans.flash_fwd_ws_kernel, seen[0].kernel
-        finally:
-            flash.set_ws_forward(before)
-            fw.clear_caches()
+        assert seen[0].kernel is flash_tma_plans.flash_fwd_ws_kernel, seen[0].kernel
 
     def test_ws_forward_where_it_applies(self, monkeypatch):
         """On an sm_90 GPU the plan takes the warp-specialised forward by
@@ -506,18 +518,10 @@ class FlashAttentionSuite(KernelLevelCases):
     def _ws_run(self, monkeypatch, arrays, **options):
         """flash_attention with the warp-specialised forward forced on;
         (output as numpy, the forward's kernel)."""
-        from core_triton.attention import flash, flash_tma_plans
-
         fw = self.fw
-        before = flash_tma_plans.WS_FORWARD
-        flash.set_ws_forward("on")
-        fw.clear_caches()
-        try:
+        with ws_forward_on(fw):
             seen = spy_launches(fw, monkeypatch)
             out = fw.numpy(fw.api.flash_attention(*(fw.array(x, "bfloat16") for x in arrays), **options))
-        finally:
-            flash.set_ws_forward(before)
-            fw.clear_caches()
         return out, seen[0].kernel
 
     @pytest.mark.parametrize("causal", [False, True])
@@ -570,23 +574,15 @@ class FlashAttentionSuite(KernelLevelCases):
         failure).  When a Triton upgrade fixes it this test fails with a
         note to measure three stages again (flash_tma_plans.WS_CONFIGS);
         a finite wrong answer fails as a wrong answer."""
-        from core_triton.attention import flash, flash_tma_plans
         from core_triton.common.runtime import cuda_capability
 
         if interpreter_requested() or cuda_capability() != 90:
             pytest.skip("an sm_90 compile")
         fw = self.fw
-        before = flash_tma_plans.WS_FORWARD, dict(flash_tma_plans.WS_CONFIGS)
-        flash.set_ws_forward("on", {D: (128, 64, 4, 3)})
-        fw.clear_caches()
-        try:
+        with ws_forward_on(fw, {D: (128, 64, 4, 3)}):
             c = make_case(np.random.default_rng(25), Tq=1000, Tk=1000, HQ=4, H=2, D=D)
             q, k, v = (fw.array(c[n], "bfloat16") for n in ("query", "key", "value"))
             out = fw.numpy(fw.api.flash_attention(q, k, v, causal=True))
-        finally:
-            flash_tma_plans.WS_CONFIGS.clear()
-            flash.set_ws_forward(before[0], before[1])
-            fw.clear_caches()
         if np.isnan(out).any():
             pytest.xfail("Triton 3.6 miscompiles the warp-specialised loop at 3 stages (NaN)")
         seen = {n: fw.numpy(fw.array(c[n], "bfloat16")) for n in ("query", "key", "value")}

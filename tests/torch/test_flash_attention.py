@@ -4,7 +4,7 @@ import pytest
 from core_triton.attention.naive import attention_ref
 from tests.frameworks import TorchFramework
 from tests.reference import assert_close
-from tests.suites.flash_attention import FlashAttentionSuite, make_case, spy_launches, vjp
+from tests.suites.flash_attention import FlashAttentionSuite, make_case, spy_launches, vjp, ws_forward_on
 
 FW = TorchFramework()
 
@@ -42,7 +42,7 @@ class TestTorchFlashAttention(FlashAttentionSuite):
         # views' storage.
         import torch
 
-        from core_triton.attention import flash, flash_tma_plans
+        from core_triton.attention import flash_tma_plans
 
         case = make_case(np.random.default_rng(11), Tq=70, Tk=70, HQ=2, H=1, D=128)
         flats, views = {}, {}
@@ -54,14 +54,10 @@ class TestTorchFlashAttention(FlashAttentionSuite):
             views[n] = flats[n][1:].view(x.shape)
             assert views[n].data_ptr() % 16 != 0
         do = np.random.default_rng(12).standard_normal((1, 70, 2, 128))
-        before = flash_tma_plans.WS_FORWARD
-        flash.set_ws_forward("on")
-        try:
+        with ws_forward_on(FW):
             seen_plans = spy_launches(FW, monkeypatch)
             out = FW.api.flash_attention(**views, causal=True)
             out.backward(FW.array(do, "bfloat16"))
-        finally:
-            flash.set_ws_forward(before)
         assert seen_plans[0].kernel is flash_tma_plans.flash_fwd_ws_kernel
         seen = {n: FW.numpy(v.detach()) for n, v in views.items()}
         ref = attention_ref(**seen, causal=True, do=FW.numpy(FW.array(do, "bfloat16")))
