@@ -64,14 +64,11 @@ def _make(name, case, mode, torch, jax, jnp, torch_api, jax_api):
     """(callable, sync) of one implementation in one case and mode."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from core_triton.attention import flash
-
     _, B, T, HQ, H, D, causal = case
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = (torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
     do = torch.randn_like(q)
-    flash.set_ws_forward("off" if "ws off" in name else "auto")
     torch_sync = lambda _: torch.cuda.synchronize()  # noqa: E731
     if name.startswith("twinkernels torch") or name.startswith("sdpa"):
         if name.startswith("sdpa"):
