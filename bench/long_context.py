@@ -8,9 +8,10 @@ documents of random lengths; ``chunk`` with ``g`` (fla
 ``recurrent`` with ``gk`` (fla ``fused_recurrent``); forward and
 forward+backward.  "twinkernels torch, whole walk" is the PyTorch binding
 with the state passes' split turned off (state_split.forced_segments): the
-plan before issue 27, in the same run; "split storing h" the split whose
-forward writes every chunk's state for the output kernel (before the
-segment output pass).
+plan before issue 27, in the same run; "as trained" the forward a
+differentiated call runs (the forward rows of the others are calls that
+no gradient follows, which may split differently:
+state_split.FORWARD_ONLY_SEGMENTS).
 ``TWINKERNELS_BENCH_ONLY="chunk,lightning,32768"`` keeps those ops and
 lengths.
 """
@@ -81,7 +82,7 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
     }
     if op != "recurrent":
         impls["twinkernels torch, whole walk"] = ("torch-whole", _ours(torch_api, op, cu))
-        impls["twinkernels torch, split storing h"] = ("torch-stored", _ours(torch_api, op, cu))
+        impls["twinkernels torch, as trained"] = ("torch-trained", _ours(torch_api, op, cu))
     try:
         impls["fla"] = ("torch", _fla(op, cu))
     except Exception as e:  # fla is optional: say why it is missing
@@ -99,10 +100,8 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
             row = {"op": f"{op} {gate}", "shape": shape, "mode": mode, "impl": name}
             try:
                 # The whole walk: the state passes unsplit (the plan before
-                # issue 27); split storing h: the split forward that writes
-                # every chunk's state for the output kernel (before the
-                # segment output pass).
-                setting = {"torch-whole": (0,), "torch-stored": (None, False)}.get(kind)
+                # issue 27); as trained: no forward-only split.
+                setting = {"torch-whole": (0,), "torch-trained": (None, True, False)}.get(kind)
                 with forced_segments(*setting) if setting else contextlib.nullcontext():
                     row["ms"] = f"{timed(call, sync) * 1e3:.3f}"
             except Exception as e:  # one refused baseline must not hide the rest

@@ -64,6 +64,15 @@ def apply(
 
         return forward
 
+    def make_inference(k):
+        p = planned(k)
+
+        def inference(operands, index):
+            env = run_named(p.forward_only, {**operands, **index}, launch)
+            return tuple(env[n] for n in p.outputs)
+
+        return inference
+
     def make_backward(k):
         p = planned(k)
 
@@ -88,12 +97,14 @@ def apply(
             return (ops, {n: False for n in elements[1]}, *(_all_major(a) for a in elements[2:]))
 
         forward, backward = foldable(make_forward, layout), foldable(make_backward, layout)
+        inference = foldable(make_inference, layout)
     else:
-        forward, backward = make_forward(1), make_backward(1)
+        forward, backward, inference = make_forward(1), make_backward(1), make_inference(1)
 
+    # The primal: what JAX runs when it does not differentiate the op.
     @jax.custom_vjp
     def op(operands, index):
-        return forward(operands, index)[0]
+        return inference(operands, index)
 
     def fwd(operands, index):
         outputs, residuals = forward(operands, index)

@@ -19,9 +19,10 @@ under the interpreter (CPU) ``wrap_triton`` has no Inductor lowering.
 Eager calls take a shorter road to the same implementation: a
 ``torch.autograd.Function`` (the dispatcher and ``register_autograd``
 wrapping cost about 40 us per forward+backward on the host, which at small
-sizes is most of the call).  Under ``torch.compile`` and ``torch.export``
-(``torch.compiler.is_compiling()``), and for meta tensors, the custom op
-is used.  Both roads run
+sizes is most of the call), or, for a call autograd does not record, the
+op's forward for such calls (``Impl.inference``) where it has one.  Under
+``torch.compile`` and ``torch.export`` (``torch.compiler.is_compiling()``),
+and for meta tensors, the custom op is used.  Both roads run
 :attr:`TorchOp.forward` and :attr:`TorchOp.backward`; the tests compare them.
 
 Inside an op nothing waits for the device: no ``.item()``, ``.tolist()``
@@ -66,12 +67,16 @@ class Impl:
     ``state`` is ``None`` when the backward runs as its own op.
     ``fake_forward(args) -> (outputs, extras)`` and ``fake_backward(args,
     outputs, extras, cotangents, needs) -> grads``: the same shapes and
-    dtypes, no launch."""
+    dtypes, no launch.  ``inference(args) -> outputs`` (optional): the
+    outputs of an eager call that no gradient follows (grad mode off, or
+    no tensor argument requiring grad), which need keep nothing for a
+    backward."""
 
     forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor], Any]]
     backward: Callable[..., tuple[torch.Tensor | None, ...]]
     fake_forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]]
     fake_backward: Callable[..., tuple[torch.Tensor | None, ...]]
+    inference: Callable[..., tuple[torch.Tensor, ...]] | None = None
 
 
 class TorchOp:
@@ -167,8 +172,15 @@ class TorchOp:
         check_tensors({self.names[i]: t for i, t in zip(self.tensor_index, tensors, strict=True)})
         if use_dispatcher(tensors):
             return tuple(self.op(*args)[: self.n_outputs])
+        if self.impl.inference is not None and not _differentiated(tensors):
+            return tuple(self.impl.inference(dict(zip(self.names, args, strict=True))))
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
+
+
+def _differentiated(tensors) -> bool:
+    """Whether autograd records a call on ``tensors``."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def check_tensors(named: dict) -> None:

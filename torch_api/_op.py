@@ -67,6 +67,14 @@ def plans_impl(make: Make, tensor_params: tuple[str, ...], grad_of: dict[str, st
         extras = [{**env, **index}[n] for n in _extra_names(plans)]
         return outputs, extras, (plans, named)
 
+    def inference(args):
+        plans, operands = make(args, info)
+        if not plans.inference:
+            return forward(args)[0]
+        index = _index(plans, args.get("cu_seqlens"))
+        env = run_named(plans.inference, {**_given(plans, operands), **index}, launch)
+        return tuple(env[n] for n in plans.outputs)
+
     def backward(args, outputs, extras, cotangents, needs, state):
         if state is None:
             plans, operands = make(args, info)
@@ -115,7 +123,7 @@ def plans_impl(make: Make, tensor_params: tuple[str, ...], grad_of: dict[str, st
 
         return tuple(grad(p) for p in tensor_params)
 
-    return Impl(forward, backward, fake_forward, fake_backward)
+    return Impl(forward, backward, fake_forward, fake_backward, inference)
 
 
 def define(

@@ -3,8 +3,9 @@
 K = V = 128: what PROGRAMS_PER_SM and MIN_SEGMENT_CHUNKS were chosen from.
 
 ``python -m bench.probes.state_split [S ...]`` (S = 0: whole walk;
-"auto": the plan's own choice).  Shapes: B1 T32k and T128k (one
-sequence), B1 T32k in 16 documents, B4 T4k.
+"auto": the plan's own choice; "trained": the plan's own choice with the
+forward a differentiated call runs, no forward-only split).  Shapes: B1 T32k and T128k (one
+sequence), B1 T32k and T128k in 16 documents, B4 T4k.
 """
 
 import sys
@@ -13,7 +14,7 @@ from bench.common import timed
 from bench.linear_attention import _inputs, _torch_pair
 from bench.long_context import _cu, _ours
 
-SHAPES = [(1, 32768, 0), (1, 131072, 0), (1, 32768, 16), (4, 4096, 0)]
+SHAPES = [(1, 32768, 0), (1, 131072, 0), (1, 32768, 16), (1, 131072, 16), (4, 4096, 0)]
 
 
 def main(argv):
@@ -22,7 +23,7 @@ def main(argv):
     import torch_api
     from core_triton.linear_attn.state_split import forced_segments
 
-    sizes = argv or ["0", "auto", "16", "32", "64"]
+    sizes = argv or ["0", "trained", "auto", "16", "32", "64"]
     for B, T, docs in SHAPES:
         for op, gate in (("chunk", "g"), ("lightning", "g_gamma")):
             x = _inputs(torch, gate, (B, T, 16, 128))
@@ -32,7 +33,8 @@ def main(argv):
             line = []
             for s in sizes:
                 sync = lambda _: torch.cuda.synchronize()  # noqa: E731
-                with forced_segments(None if s == "auto" else int(s)):
+                setting = {"auto": (None,), "trained": (None, True, False)}.get(s) or (int(s),)
+                with forced_segments(*setting):
                     f, fb = timed(fwd, sync) * 1e3, timed(fwd_bwd, sync) * 1e3
                 line.append(f"S={s}: {f:.3f}/{fb:.3f}")
             print(f"{op} B{B} T{T} docs{docs} (fwd/fwd+bwd ms): " + "  ".join(line), flush=True)

@@ -38,6 +38,14 @@ class OpPlans:
     backward array that holds its gradient, which the op returns in the
     input's dtype; the index inputs get none.
 
+    ``inference``: the launches of a call that no gradient follows, where
+    they differ from ``forward`` (a faster forward that keeps nothing for
+    the backward: the same inputs, index inputs and ``outputs``); empty
+    where ``forward`` serves.  The runners take it for a call that is not
+    differentiated (PyTorch: grad mode off or no input requiring grad;
+    JAX: the ``custom_vjp``'s primal, which JAX runs when it does not
+    differentiate).
+
     ``contiguous``: inputs and cotangents are made row-major before they
     reach the kernels (else the plans read their strides).  ``args``: the
     op's checked sizes and options, for readers."""
@@ -54,6 +62,12 @@ class OpPlans:
     seq_len: int = 0
     contiguous: bool = True
     args: Any = None
+    inference: tuple[LaunchPlan, ...] = ()
+
+    @property
+    def forward_only(self) -> tuple[LaunchPlan, ...]:
+        """The launches of a call that no gradient follows."""
+        return self.inference or self.forward
 
     def backward_plans(self, cotangents: tuple[TensorInfo, ...]) -> tuple[LaunchPlan, ...]:
         """The backward launches for cotangents described by ``cotangents``."""

@@ -45,6 +45,7 @@ def linear_attn_plans(
     offsets: tuple[tuple[str, int], ...],
     residuals: tuple[str, ...],
     grads: tuple[tuple[str, str], ...],
+    inference: tuple[LaunchPlan, ...] = (),
 ) -> OpPlans:
     """The launches of one linear-attention call, as both bindings run them
     (core_triton.common.op.OpPlans).
@@ -54,8 +55,9 @@ def linear_attn_plans(
     writes ``o`` and ``final``.  ``backward`` reads the same, the forward
     outputs named in ``residuals``, and the cotangents ``do`` (``o``'s
     dtype) and ``dht`` (float32); ``grads`` pairs each input with the
-    backward output that holds its gradient.  Inputs and cotangents reach
-    the kernels row-major."""
+    backward output that holds its gradient; ``inference``: a forward for
+    calls that no gradient follows (same inputs and outputs), if it
+    differs.  Inputs and cotangents reach the kernels row-major."""
     return OpPlans(
         forward=tuple(forward),
         backward=tuple(backward),
@@ -69,6 +71,7 @@ def linear_attn_plans(
         seq_len=args.T,
         contiguous=True,
         args=args,
+        inference=tuple(inference),
     )
 
 

@@ -207,7 +207,11 @@ def _info(shape, dtype) -> TensorInfo:
 
 
 @functools.lru_cache(maxsize=256)
-def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype) -> OpPlans:
+def _make_plans(
+    a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype, forward_only: bool = False
+) -> OpPlans:
+    """The op's plans; ``forward_only``: plans whose forward is the one for
+    calls that no gradient follows (``OpPlans.inference`` of the others)."""
     B, T, HQ, H, K, V, N = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N
     use_g, use_gamma, use_h0 = g_dtype is not None, gamma_dtype is not None, h0_dtype is not None
     gated = use_g or use_gamma
@@ -305,8 +309,20 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     # bound known from shapes, like the chunk slots).
     st = tiles_of("chunk_state")
     tiles = cdiv(K, st["BK"]) * cdiv(V, st["BV"])
+    # Float32 chunk states can stay out of memory in a split forward
+    # (the segment output pass below), where its tiles fit.
+    fusable = state_f32 and tiles_of("chunk_output_segment") is not None
+    fusable = fusable and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
     S = state_split.segment_chunks(N if a.packed else B, H, tiles, NT, multiprocessor_count())
     S = 0 if empty else S
+    # A forward no gradient follows splits wherever its float32 chunk
+    # states then stay out of memory (state_split.FORWARD_ONLY_SEGMENTS),
+    # else as a training call does.
+    S_alone = S
+    if fusable and not empty:
+        S_alone = state_split.forward_only_segment_chunks(NT // max(N, 1) if a.packed else NT) or S
+    if forward_only:
+        S = S_alone
     if S:
         NG = NS // S + N if a.packed else cdiv(NT, S)
         seg_shape, seg_rows = (B * NG, H, K, V), (B * NG, H)
@@ -368,8 +384,7 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
         # lightning more (1.80 -> 1.88 ms forward+backward) than the
         # forward saved (0.59 -> 0.51).  Where the whole-K tiles fit in no
         # shared memory (float32 at K = 256) the forward stores them too.
-        fused = state_f32 and tiles_of("chunk_output_segment") is not None
-        fused = fused and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
+        fused = fusable
         if fused:
             forward.append(
                 tiled(
@@ -508,9 +523,13 @@ def _make_plans(a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_d
     inputs = ("query", "key", "value") + tuple(
         n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
     )
+    alone = ()
+    if S_alone != S and not forward_only:
+        alone = _make_plans(a, BT, g_dtype, gamma_dtype, h0_dtype, cu_dtype, forward_only=True).forward
     return linear_attn_plans(
         args=a,
         forward=tuple(forward),
+        inference=alone,
         backward=tuple(backward),
         inputs=inputs,
         offsets=tuple(offsets),

@@ -52,6 +52,19 @@ SPLIT_BELOW_PROGRAMS_PER_SM = 0.5  # split only below this many programs per SM
 PROGRAMS_PER_SM = 16  # the split aims for this many
 MIN_SEGMENT_CHUNKS = 32
 
+# A forward that no gradient follows, with float32 chunk states (the
+# output then comes from the segments' start states, no chunk state in
+# memory): segments of the largest of these lengths that leaves at least two
+# per sequence.  H100, chunk g, bf16, H16, K = V = 128, forward ms (whole
+# walk -> split): B4 T4k 0.423 -> 0.295 (segments of 32; 16: 0.313, 64:
+# 0.459); B1 T32k in 16 documents 0.960 -> 0.773 (16; 32: 0.826); T128k in
+# 16 documents 3.659 -> 2.647 (32; 64: 2.704); one sequence of 32k 0.608
+# (32, the training split) -> 0.563 (64).  A training call keeps
+# segment_chunks's choice: its backward walks the same segments, and split
+# there it cost more than the forward saved (B4 T4k forward+backward 1.445
+# whole, 1.646 split in 32).
+FORWARD_ONLY_SEGMENTS = (64, 32, 16)
+
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
 # S = 0 for the whole-sequence walk, and {"fused_output": 0} the forward
 # that stores the chunk states (set them through forced_segments, which
@@ -60,17 +73,23 @@ SPLIT_OVERRIDE: dict[str, int] = {}
 
 
 @contextlib.contextmanager
-def forced_segments(segment_chunks: int | None, fused_output: bool = True):
+def forced_segments(segment_chunks: int | None, fused_output: bool = True, forward_only: bool = True):
     """Plan the chunk ops (chunk_linear_attn, lightning) inside the block
     with segments of ``segment_chunks`` chunks (0: the whole-sequence walk;
     None: the plan's own choice); ``fused_output`` False makes a split
     forward with float32 chunk states store them for the output kernel, as
-    it does where the segment output pass's tiles fit in no shared memory.  The chunk
-    plans cached before and inside are dropped, so no plan outlives the
-    setting it was made under."""
+    it does where the segment output pass's tiles fit in no shared memory;
+    ``forward_only`` False gives a call that no gradient follows the
+    training call's forward (no FORWARD_ONLY_SEGMENTS).  The chunk plans
+    cached before and inside are dropped, so no plan outlives the setting
+    it was made under."""
+    global FORWARD_ONLY_SEGMENTS
     from core_triton.linear_attn import chunk  # it imports this module
 
     before = dict(SPLIT_OVERRIDE)
+    before_alone = FORWARD_ONLY_SEGMENTS
+    if not forward_only:
+        FORWARD_ONLY_SEGMENTS = ()
     SPLIT_OVERRIDE.pop("segment_chunks", None)
     SPLIT_OVERRIDE.pop("fused_output", None)
     if segment_chunks is not None:
@@ -83,6 +102,7 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True):
     finally:
         SPLIT_OVERRIDE.clear()
         SPLIT_OVERRIDE.update(before)
+        FORWARD_ONLY_SEGMENTS = before_alone
         chunk._make_plans.cache_clear()
 
 
@@ -107,6 +127,18 @@ def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int
     segments = cdiv(PROGRAMS_PER_SM * sms, programs)
     size = max(MIN_SEGMENT_CHUNKS, cdiv(chunks, segments))
     return size if size < chunks else 0
+
+
+def forward_only_segment_chunks(chunks: int) -> int:
+    """Chunks per segment for a forward that no gradient follows, over
+    sequences of ``chunks`` chunks (packed input: on average); 0: no split.
+    The longest of ``FORWARD_ONLY_SEGMENTS`` that makes at least two
+    segments (unlike :func:`segment_chunks` this splits at any batch: what
+    it saves is the float32 chunk states' trip through memory, which every
+    batch pays, besides the idle SMs of a small one)."""
+    if "segment_chunks" in SPLIT_OVERRIDE:
+        return int(SPLIT_OVERRIDE["segment_chunks"])
+    return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks), 0)
 
 
 @jit(sizes=("T", "NT", "NS", "NG", "S"))

@@ -5,7 +5,12 @@ behind its constants made, checked on the plans as the H100 gets them."""
 from core_triton.common.launch import TensorInfo
 from core_triton.common.utils import contiguous_strides
 from core_triton.linear_attn import chunk
-from core_triton.linear_attn.state_split import segment_chunks, state_split_carry_kernel
+from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
+from core_triton.linear_attn.state_split import (
+    forward_only_segment_chunks,
+    segment_chunks,
+    state_split_carry_kernel,
+)
 
 H100 = 132
 
@@ -35,3 +40,39 @@ def test_plans_split_at_batch_one_and_long_sequences():
     assert state_split_carry_kernel not in launches(4, 4096)
     assert state_split_carry_kernel not in launches(1, 32768, _info((17,), "int32"))  # 16 documents
     assert launches(1, 32768, _info((2,), "int32")).count(state_split_carry_kernel) == 2  # one
+
+
+def test_forward_only_segments():
+    # The longest of 64, 32, 16 chunks that leaves two segments a sequence.
+    assert forward_only_segment_chunks(2048) == 64  # T128k
+    assert forward_only_segment_chunks(128) == 64
+    assert forward_only_segment_chunks(127) == 32
+    assert forward_only_segment_chunks(64) == 32  # B4 T4k
+    assert forward_only_segment_chunks(32) == 16  # 16 documents in T32k
+    assert forward_only_segment_chunks(31) == 0
+
+
+def test_forward_only_plans_where_they_differ(monkeypatch):
+    # A call no gradient follows gets its own forward only where it splits
+    # otherwise than training and its chunk states are float32 (a per-token
+    # gate): B4 T4k chunk g (whole walk in training), B1 T32k (segments of
+    # 32 in training, 64 here); not lightning's half-precision states, nor
+    # short sequences.
+    monkeypatch.setattr(chunk, "multiprocessor_count", lambda: H100)
+    chunk._make_plans.cache_clear()
+
+    def plans(B, T, gate=True, cu=None):
+        q = _info((B, T, 16, 128))
+        g = _info((B, T, 16), "float32") if gate else None
+        gamma = None if gate else _info((16,), "float32")
+        return chunk.plans(q, q, q, g, gamma, cu_seqlens=cu)
+
+    try:
+        for B, T, cu in ((4, 4096, None), (1, 32768, None), (1, 32768, _info((17,), "int32"))):
+            p = plans(B, T, cu=cu)
+            assert chunk_fwd_output_segment_kernel in [s.kernel for s in p.inference], (B, T, cu)
+            assert p.forward_only == p.inference
+        for p in (plans(4, 4096, gate=False), plans(4, 1024), plans(1, 32768, cu=_info((65,), "int32"))):
+            assert p.inference == () and p.forward_only == p.forward
+    finally:
+        chunk._make_plans.cache_clear()
