@@ -309,20 +309,26 @@ def _make_plans(
     # bound known from shapes, like the chunk slots).
     st = tiles_of("chunk_state")
     tiles = cdiv(K, st["BK"]) * cdiv(V, st["BV"])
-    # Float32 chunk states can stay out of memory in a split forward
-    # (the segment output pass below), where its tiles fit.
-    fusable = state_f32 and tiles_of("chunk_output_segment") is not None
-    fusable = fusable and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
+    # A split forward can keep the chunk states out of memory (the segment
+    # output pass below) where its tiles fit: training calls with float32
+    # chunk states (see below for half-precision ones), calls that no
+    # gradient follows with any (state_split.FORWARD_ONLY_HALF_STATES).
+    fits = tiles_of("chunk_output_segment") is not None
+    fits = fits and bool(state_split.SPLIT_OVERRIDE.get("fused_output", 1))
+    fusable = state_f32 and fits
+    fusable_alone = fits and (state_f32 or state_split.FORWARD_ONLY_HALF_STATES)
     S = state_split.segment_chunks(N if a.packed else B, H, tiles, NT, multiprocessor_count())
     S = 0 if empty else S
-    # A forward no gradient follows splits wherever its float32 chunk
-    # states then stay out of memory (state_split.FORWARD_ONLY_SEGMENTS),
-    # else as a training call does.
+    # A forward no gradient follows splits wherever its chunk states then
+    # stay out of memory (state_split.FORWARD_ONLY_SEGMENTS), else as a
+    # training call does.
     S_alone = S
-    if fusable and not empty:
-        S_alone = state_split.forward_only_segment_chunks(NT // max(N, 1) if a.packed else NT) or S
+    if fusable_alone and not empty:
+        per_sequence = NT // max(N, 1) if a.packed else NT
+        S_alone = state_split.forward_only_segment_chunks(per_sequence, not state_f32) or S
+    own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable)
     if forward_only:
-        S = S_alone
+        S, fusable = S_alone, fusable_alone
     if S:
         NG = NS // S + N if a.packed else cdiv(NT, S)
         seg_shape, seg_rows = (B * NG, H, K, V), (B * NG, H)
@@ -380,9 +386,10 @@ def _make_plans(
         # the H200 at B1 T32k (bf16, H16, K = V = 128) that took chunk g
         # from 1.30 to 0.74 ms forward and 3.50 to 3.36 forward+backward.
         # Half-precision states (no per-token gate, half inputs) are stored
-        # by the forward as before: the backward's pass to store them cost
-        # lightning more (1.80 -> 1.88 ms forward+backward) than the
-        # forward saved (0.59 -> 0.51).  Where the whole-K tiles fit in no
+        # by a training forward as before: the backward's pass to store them
+        # cost lightning more (1.80 -> 1.88 ms forward+backward) than the
+        # forward saved (0.59 -> 0.51); a forward no gradient follows keeps
+        # them in registers (state_split.FORWARD_ONLY_HALF_STATES).  Where the whole-K tiles fit in no
         # shared memory (float32 at K = 256) the forward stores them too.
         fused = fusable
         if fused:
@@ -524,7 +531,7 @@ def _make_plans(
         n for n, used in (("g", use_g), ("g_gamma", use_gamma), ("initial_state", use_h0)) if used
     )
     alone = ()
-    if S_alone != S and not forward_only:
+    if own_forward and not forward_only:
         alone = _make_plans(a, BT, g_dtype, gamma_dtype, h0_dtype, cu_dtype, forward_only=True).forward
     return linear_attn_plans(
         args=a,

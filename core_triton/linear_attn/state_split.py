@@ -64,6 +64,16 @@ MIN_SEGMENT_CHUNKS = 32
 # there it cost more than the forward saved (B4 T4k forward+backward 1.445
 # whole, 1.646 split in 32).
 FORWARD_ONLY_SEGMENTS = (64, 32, 16)
+# Half-precision chunk states (lightning: half inputs, no per-token gate)
+# take that forward too (True), or the training call's (False), in
+# segments of at least FORWARD_ONLY_HALF_MIN chunks: their training forward
+# stores half the bytes, and gains less.  H100, lightning bf16 H16 K = V =
+# 128, forward ms (training forward -> this one): B1 T32k 0.693 -> 0.528,
+# T128k 2.58 -> 1.91, T128k in 16 documents 2.292 -> 2.140, B4 T4k 0.282
+# -> 0.267; T32k in 16 documents in segments of 16 (the only length below
+# 32 that the rule gives there) 0.595 -> 0.630, hence the minimum.
+FORWARD_ONLY_HALF_STATES = True
+FORWARD_ONLY_HALF_MIN = 32
 
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
 # S = 0 for the whole-sequence walk, and {"fused_output": 0} the forward
@@ -80,16 +90,17 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True, forwa
     forward with float32 chunk states store them for the output kernel, as
     it does where the segment output pass's tiles fit in no shared memory;
     ``forward_only`` False gives a call that no gradient follows the
-    training call's forward (no FORWARD_ONLY_SEGMENTS).  The chunk plans
+    training call's forward (no FORWARD_ONLY_SEGMENTS, no
+    FORWARD_ONLY_HALF_STATES).  The chunk plans
     cached before and inside are dropped, so no plan outlives the setting
     it was made under."""
-    global FORWARD_ONLY_SEGMENTS
+    global FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
     from core_triton.linear_attn import chunk  # it imports this module
 
     before = dict(SPLIT_OVERRIDE)
-    before_alone = FORWARD_ONLY_SEGMENTS
+    before_alone = FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
     if not forward_only:
-        FORWARD_ONLY_SEGMENTS = ()
+        FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES = (), False
     SPLIT_OVERRIDE.pop("segment_chunks", None)
     SPLIT_OVERRIDE.pop("fused_output", None)
     if segment_chunks is not None:
@@ -102,7 +113,7 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True, forwa
     finally:
         SPLIT_OVERRIDE.clear()
         SPLIT_OVERRIDE.update(before)
-        FORWARD_ONLY_SEGMENTS = before_alone
+        FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES = before_alone
         chunk._make_plans.cache_clear()
 
 
@@ -129,16 +140,18 @@ def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int
     return size if size < chunks else 0
 
 
-def forward_only_segment_chunks(chunks: int) -> int:
+def forward_only_segment_chunks(chunks: int, half_states: bool = False) -> int:
     """Chunks per segment for a forward that no gradient follows, over
     sequences of ``chunks`` chunks (packed input: on average); 0: no split.
     The longest of ``FORWARD_ONLY_SEGMENTS`` that makes at least two
-    segments (unlike :func:`segment_chunks` this splits at any batch: what
-    it saves is the float32 chunk states' trip through memory, which every
-    batch pays, besides the idle SMs of a small one)."""
+    segments, for ``half_states`` none shorter than FORWARD_ONLY_HALF_MIN
+    (unlike :func:`segment_chunks` this splits at any batch: what it saves
+    is the chunk states' trip through memory, which every batch pays,
+    besides the idle SMs of a small one)."""
     if "segment_chunks" in SPLIT_OVERRIDE:
         return int(SPLIT_OVERRIDE["segment_chunks"])
-    return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks), 0)
+    low = FORWARD_ONLY_HALF_MIN if half_states else 0
+    return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks and s >= low), 0)
 
 
 @jit(sizes=("T", "NT", "NS", "NG", "S"))

@@ -229,35 +229,37 @@ class ChunkLinearAttnSuite(KernelLevelCases):
             check_case(self.fw, self._fn(), x, cu, cots)
 
     @pytest.mark.parametrize("packed", [False, True])
-    def test_forward_only_split(self, packed):
+    @pytest.mark.parametrize("gates,dtype", [(("g",), "float32"), (("g_gamma",), "bfloat16")])
+    def test_forward_only_split(self, packed, gates, dtype):
         # A call no gradient follows (PyTorch: no input requiring grad; JAX:
         # the primal) runs OpPlans.inference: here split into segments of one
         # chunk, from the segments' start states, while a training call keeps
-        # the whole walk (segment_chunks's choice at this size).  Packed: 0,
-        # 45 and 52 tokens, 7 chunk slots (2 on average: one segment's worth
-        # of FORWARD_ONLY_SEGMENTS = (1,)), the second sequence starting
-        # mid-chunk.
+        # the whole walk (segment_chunks's choice at this size); with float32
+        # chunk states (a per-token gate) and half-precision ones (g_gamma,
+        # bf16: lightning's).  Packed: 0, 45 and 52 tokens, 7 chunk slots (2
+        # on average: one segment's worth of FORWARD_ONLY_SEGMENTS = (1,)),
+        # the second sequence starting mid-chunk.
         from core_triton.linear_attn import chunk, state_split
         from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
 
         shapes = {**SMALL, "cu": [0, 0, 45, 97]}
-        x, cu, cots = make_case(self.fw, gates=("g",), packed=packed, h0=True, seed=17, **shapes)
-        before = state_split.FORWARD_ONLY_SEGMENTS
-        state_split.FORWARD_ONLY_SEGMENTS = (1,)
+        x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, seed=17, **shapes)
+        before = state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN
+        state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = (1,), 1
         chunk._make_plans.cache_clear()
         self.fw.clear_caches()
         try:
-            plans = chunk_plans(x, cu, False)
+            plans = chunk_plans(x, cu, False, dtype=dtype)
             assert not is_split(plans), "a training call at this size walks whole sequences"
             assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference)
             with launched_kernels(self.fw) as kernels:
-                check_case(self.fw, self._fn(), x, cu, cots, grads=False)
+                check_case(self.fw, self._fn(), x, cu, cots, dtype=dtype, grads=False)
             assert chunk_fwd_output_segment_kernel in kernels, "the forward-only call ran the training plan"
             with launched_kernels(self.fw) as kernels:
-                check_case(self.fw, self._fn(), x, cu, cots)
+                check_case(self.fw, self._fn(), x, cu, cots, dtype=dtype)
             assert chunk_fwd_output_segment_kernel not in kernels, "a training call ran the split forward"
         finally:
-            state_split.FORWARD_ONLY_SEGMENTS = before
+            state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = before
             chunk._make_plans.cache_clear()
             self.fw.clear_caches()
 
@@ -382,23 +384,37 @@ class ChunkLinearAttnGpuSuite:
         assert is_split(plans, fused), "batch 1 at 4500+ tokens should split the state passes"
         check_case(self.fw, self._fn(reverse), x, cu, cots, dtype=dtype, reverse=reverse)
 
-    @pytest.mark.parametrize("packed,dtype", [(False, "bfloat16"), (True, "bfloat16"), (False, "float32")])
-    def test_forward_only_as_planned(self, packed, dtype):
+    @pytest.mark.parametrize(
+        "packed,dtype,gates",
+        [
+            (False, "bfloat16", ("g",)),
+            (True, "bfloat16", ("g",)),
+            (False, "float32", ("g",)),
+            (False, "bfloat16", ("g_gamma",)),
+            (True, "bfloat16", ("g_gamma",)),
+        ],
+    )
+    def test_forward_only_as_planned(self, packed, dtype, gates):
         # A forward no gradient follows, at sizes where the plan gives it its
         # own split (state_split.forward_only_segment_chunks): 2 rows of 32
         # chunks walked whole in training and in segments of 16 here; or two
         # packed sequences of 33 chunks on average, segments of 32 in
-        # training and 16 here.
+        # training and 16 here.  Half-precision chunk states (g_gamma alone,
+        # bf16: lightning's) take segments of 32 at least: the rows are then
+        # still walked whole (their forward-only plan is the training one),
+        # the packed sequences split as in training, but their output comes
+        # from the segments' start states.
         self._skip_unless_gpu()
         from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
 
         shapes = dict(B=2, T=2048, HQ=8, H=4, K=128, V=128, cu=[0, 2100, 4200])
-        x, cu, cots = make_case(self.fw, gates=("g",), packed=packed, h0=True, seed=19, **shapes)
+        x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, seed=19, **shapes)
         plans = chunk_plans(x, cu, False, chunk_size=64, dtype=dtype)
-        assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference)
+        split = packed or "g" in gates
+        assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference) == split
         with launched_kernels(self.fw) as kernels:
             check_case(self.fw, self._fn(False), x, cu, cots, dtype=dtype, grads=False)
-        assert chunk_fwd_output_segment_kernel in kernels
+        assert (chunk_fwd_output_segment_kernel in kernels) == split
 
     def test_64bit_offsets(self):
         # q [1, 66048, 128, 256] bf16 has 2**31 + 2**24 elements; the last
