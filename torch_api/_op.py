@@ -69,10 +69,8 @@ def plans_impl(make: Make, tensor_params: tuple[str, ...], grad_of: dict[str, st
 
     def inference(args):
         plans, operands = make(args, info)
-        if not plans.inference:
-            return forward(args)[0]
         index = _index(plans, args.get("cu_seqlens"))
-        env = run_named(plans.inference, {**_given(plans, operands), **index}, launch)
+        env = run_named(plans.forward_only, {**_given(plans, operands), **index}, launch)
         return tuple(env[n] for n in plans.outputs)
 
     def backward(args, outputs, extras, cotangents, needs, state):

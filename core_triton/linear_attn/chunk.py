@@ -389,8 +389,9 @@ def _make_plans(
         # by a training forward as before: the backward's pass to store them
         # cost lightning more (1.80 -> 1.88 ms forward+backward) than the
         # forward saved (0.59 -> 0.51); a forward no gradient follows keeps
-        # them in registers (state_split.FORWARD_ONLY_HALF_STATES).  Where the whole-K tiles fit in no
-        # shared memory (float32 at K = 256) the forward stores them too.
+        # them in registers (state_split.FORWARD_ONLY_HALF_STATES).  Where
+        # the whole-K tiles fit in no shared memory (float32 at K = 256) the
+        # forward stores them too.
         fused = fusable
         if fused:
             forward.append(

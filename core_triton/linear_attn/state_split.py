@@ -91,9 +91,8 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True, forwa
     it does where the segment output pass's tiles fit in no shared memory;
     ``forward_only`` False gives a call that no gradient follows the
     training call's forward (no FORWARD_ONLY_SEGMENTS, no
-    FORWARD_ONLY_HALF_STATES).  The chunk plans
-    cached before and inside are dropped, so no plan outlives the setting
-    it was made under."""
+    FORWARD_ONLY_HALF_STATES).  The chunk plans cached before and inside
+    are dropped, so no plan outlives the setting it was made under."""
     global FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
     from core_triton.linear_attn import chunk  # it imports this module
 
