@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core_triton import NO_BACKEND_MESSAGE, In, LaunchPlan, TensorInfo, is_interpreted
+from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted
 from core_triton.common.utils import contiguous_strides
 
 
@@ -169,9 +169,9 @@ def zeroed_outputs(plan: LaunchPlan) -> tuple[int, ...]:
 
 def alias_indices(plan: LaunchPlan) -> dict[int, int]:
     """The launch's aliases for jaxlib: operand index -> output index.
-    Operands are the plan's array parameters in order, repeats included (an absent input's
-    dummy pointer is the same array passed again)."""
-    arrays = [p.name for p in plan.params if isinstance(p, In)]
+    Operands are the plan's array parameters in order, repeats included (an
+    absent input's dummy pointer is the same array passed again)."""
+    arrays = plan.input_names()
     return {arrays.index(name): i for i, name in plan.aliases}
 
 
