@@ -59,6 +59,26 @@ def state_split(fw, segment_chunks, fused_output=True):
 
 
 @contextlib.contextmanager
+def forward_only_segments(fw, segments):
+    """Plan the chunk ops' forward for calls no gradient follows with
+    segments of ``segments`` (state_split.FORWARD_ONLY_SEGMENTS), for
+    half-precision chunk states too (no minimum length); plans made before
+    and inside are dropped."""
+    from core_triton.linear_attn import chunk, state_split
+
+    before = state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN
+    state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = tuple(segments), 1
+    chunk._make_plans.cache_clear()
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = before
+        chunk._make_plans.cache_clear()
+        fw.clear_caches()
+
+
+@contextlib.contextmanager
 def launched_kernels(fw):
     """The kernels the binding's op runner launches inside the block (a
     list, filled as they launch; JAX: as they are traced)."""
@@ -239,16 +259,11 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         # bf16: lightning's).  Packed: 0, 45 and 52 tokens, 7 chunk slots (2
         # on average: one segment's worth of FORWARD_ONLY_SEGMENTS = (1,)),
         # the second sequence starting mid-chunk.
-        from core_triton.linear_attn import chunk, state_split
         from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
 
         shapes = {**SMALL, "cu": [0, 0, 45, 97]}
         x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, seed=17, **shapes)
-        before = state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN
-        state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = (1,), 1
-        chunk._make_plans.cache_clear()
-        self.fw.clear_caches()
-        try:
+        with forward_only_segments(self.fw, (1,)):
             plans = chunk_plans(x, cu, False, dtype=dtype)
             assert not is_split(plans), "a training call at this size walks whole sequences"
             assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference)
@@ -258,10 +273,6 @@ class ChunkLinearAttnSuite(KernelLevelCases):
             with launched_kernels(self.fw) as kernels:
                 check_case(self.fw, self._fn(), x, cu, cots, dtype=dtype)
             assert chunk_fwd_output_segment_kernel not in kernels, "a training call ran the split forward"
-        finally:
-            state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = before
-            chunk._make_plans.cache_clear()
-            self.fw.clear_caches()
 
     # ---- bad input -------------------------------------------------------
 

@@ -6,6 +6,7 @@ from tests.suites.chunk_linear_attn import (
     ChunkLinearAttnGpuSuite,
     ChunkLinearAttnLargeTileSuite,
     ChunkLinearAttnSuite,
+    forward_only_segments,
     launched_kernels,
 )
 from tests.suites.recurrent import check_case, make_case
@@ -33,17 +34,13 @@ class TestTorchChunkLinearAttn(ChunkLinearAttnSuite):
         # The eager road takes the op's forward-only launches exactly when
         # autograd records nothing: grad mode off, or no input requiring
         # grad; a call it records keeps the training launches.
-        from core_triton.linear_attn import chunk, state_split
         from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
 
         torch = FW.torch
         x, _, _ = make_case(FW, gates=("g",), h0=True, seed=18, **SMALL)
         t = {n: FW.array(a) for n, a in x.items()}
         leaf = {n: a.clone().requires_grad_(True) for n, a in t.items()}
-        before = state_split.FORWARD_ONLY_SEGMENTS
-        state_split.FORWARD_ONLY_SEGMENTS = (1,)
-        chunk._make_plans.cache_clear()
-        try:
+        with forward_only_segments(FW, (1,)):
             for inputs, grad_mode, forward_only in (
                 (t, True, True), (leaf, False, True), (leaf, True, False)
             ):  # fmt: skip
@@ -51,9 +48,6 @@ class TestTorchChunkLinearAttn(ChunkLinearAttnSuite):
                     out, _ = FW.api.chunk_linear_attn(**inputs, chunk_size=16)
                 assert (chunk_fwd_output_segment_kernel in kernels) == forward_only
                 assert (out.grad_fn is None) == forward_only
-        finally:
-            state_split.FORWARD_ONLY_SEGMENTS = before
-            chunk._make_plans.cache_clear()
 
     def test_float64_is_refused(self):
         z = FW.torch.zeros(1, 2, 1, 3, dtype=FW.torch.float64, device=FW.device)
