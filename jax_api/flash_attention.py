@@ -32,7 +32,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
 from core_triton.attention import packed, segment_ranges, softmax_parts
-from core_triton.common.launch import run_named
+from core_triton.common.launch import run_named, run_steps
 from jax_api._fold import foldable, side_by_side, unfold
 from jax_api._launch import info, launch
 
@@ -141,7 +141,7 @@ def _forward(options, q, k, v, sink, b, idx):
         inputs["softmax_aux"] = sink
     if b is not None:
         inputs["bias"] = b
-    out, lse = launch(_plans_for(options, q, k, v, sink, b, idx).forward, inputs)
+    out, lse = run_steps(_plans_for(options, q, k, v, sink, b, idx).forward, inputs, launch)
     return out, lse
 
 
@@ -157,8 +157,8 @@ def _backward(options, need_sink, need_bias, groups, q, k, v, sink, b, idx, out,
     inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **idx}
     if b is not None:
         inputs["bias"] = b
-    dk, dv = launch(dkdv_plan, inputs)
-    (dq,) = launch(dq_plan, inputs)
+    dk, dv = run_steps(dkdv_plan, inputs, launch)
+    (dq,) = run_steps(dq_plan, inputs, launch)
     dsink = _sink_grad_per_element(sink, lse, delta, groups) if need_sink else None
     db = None
     if need_bias and groups > 1 and b.shape[0] != q.shape[0]:

@@ -23,7 +23,7 @@ from jax.custom_derivatives import SymbolicZero
 from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
 from core_triton.common.checks import check_bool
-from core_triton.common.launch import run_named
+from core_triton.common.launch import run_named, run_steps
 from jax_api._launch import info, launch
 from jax_api.flash_attention import cotangent, primal_values, sink_grad
 
@@ -174,11 +174,11 @@ def ring_attention(
             nxt = shift(kv) if not step.last else None  # in flight during this step's kernel
 
             def run(out, lse, kv=kv, step=step):
-                out_b, lse_b = launch(plans.forward, step_inputs(q, kv, step, b))
+                out_b, lse_b = run_steps(plans.forward, step_inputs(q, kv, step, b), launch)
                 return _merge(out, lse, out_b, lse_b)
 
             if out is None:  # the home step (first, never removed) starts the merge
-                out, lse = launch(plans.forward, step_inputs(q, kv, step, b))
+                out, lse = run_steps(plans.forward, step_inputs(q, kv, step, b), launch)
             else:
                 out, lse = unless_masked(step.masked_out, run, lambda *c: c, out, lse)
             kv = nxt
@@ -220,8 +220,8 @@ def ring_attention(
             def run(acc, dq, db, kv=kv, step=step):
                 inputs = step_inputs(q, kv, step, b)
                 inputs.update({"do": dout, "lse": lse, "delta": delta})
-                dk_s, dv_s = launch(dkdv_plan, inputs)
-                (dq_s,) = launch(dq_plan, inputs)
+                dk_s, dv_s = run_steps(dkdv_plan, inputs, launch)
+                (dq_s,) = run_steps(dq_plan, inputs, launch)
                 if acc is not None:
                     dk_s, dv_s, dq_s = acc["dk"] + dk_s, acc["dv"] + dv_s, dq + dq_s
                 if db is not None:

@@ -15,7 +15,7 @@ import torch
 from core_triton.attention import flash as core
 from core_triton.attention import packed, softmax_parts
 from core_triton.common.checks import check_bool
-from core_triton.common.launch import run_named
+from core_triton.common.launch import run_named, run_steps
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 
@@ -133,7 +133,7 @@ def _plan_call(a):
 
 def _forward(a):
     plans, inputs = _prepare(a)
-    out, lse = launch(plans.forward, inputs)
+    out, lse = run_steps(plans.forward, inputs, launch)
     return (out, lse), [], (plans, inputs)
 
 
@@ -163,8 +163,8 @@ def _backward(a, outputs, extras, cotangents, needs, state):
     if dlse is not None:
         delta = delta - dlse.float()
     inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
-    dk, dv = launch(dkdv_plan, inputs)
-    (dq,) = launch(dq_plan, inputs)
+    dk, dv = run_steps(dkdv_plan, inputs, launch)
+    (dq,) = run_steps(dq_plan, inputs, launch)
     need = dict(zip(_TENSORS, needs, strict=True))
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
@@ -182,7 +182,7 @@ def _empty(spec, device):
 def _fake_forward(a):
     plans, _, _ = _plans(a, fake_info)
     device = a["query"].device
-    return tuple(_empty(spec, device) for spec in plans.forward.outputs), []
+    return tuple(_empty(spec, device) for spec in plans.forward[-1].outputs), []
 
 
 def _fake_backward(a, outputs, extras, cotangents, needs):

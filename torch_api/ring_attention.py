@@ -18,7 +18,7 @@ from core_triton.attention import ring as core
 from core_triton.attention import softmax_parts
 from core_triton.attention.flash import window_pair
 from core_triton.common.checks import check_bool
-from core_triton.common.launch import run_named
+from core_triton.common.launch import run_named, run_steps
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 from torch_api.flash_attention import PARAMS as FLASH_PARAMS
@@ -85,7 +85,7 @@ def _ring_forward(q, k, v, sink, bias, fixed, moving, plans, ring, schedule):
             }
             if bias is not None:
                 inputs["bias"] = bias
-            out_b, lse_b = launch(plans.forward, inputs)
+            out_b, lse_b = run_steps(plans.forward, inputs, launch)
             # The home step (first, never removed) starts the merge.
             out, lse = (out_b, lse_b) if out is None else _merge(out, lse, out_b, lse_b)
         ring.wait(reqs)
@@ -133,8 +133,8 @@ def _ring_backward(q, k, v, sink, bias, out, lse, dout, dlse, fixed, moving, pla
             inputs.update({"do": dout, "lse": lse, "delta": delta})
             if bias is not None:
                 inputs["bias"] = bias
-            grads = launch(dkdv_plan, inputs)
-            (dq_s,) = launch(dq_plan, inputs)
+            grads = run_steps(dkdv_plan, inputs, launch)
+            (dq_s,) = run_steps(dq_plan, inputs, launch)
             dq = dq_s if dq is None else dq + dq_s
             if db is not None:
                 (db_s,) = launch(dbias_plan, inputs)

@@ -171,7 +171,7 @@ def launch_routes(torch, torch_api):
     a = {p.name: None for p in fa.PARAMS}
     a.update(query=q, key=k, value=v, causal=True)
     plans, inputs = fa._prepare(a)
-    plan = plans.forward
+    (plan,) = plans.forward
     core_launch._replays.clear()
     out = _launch.launch(plan, inputs)
     replay = core_launch._replays[id(plan)][1]

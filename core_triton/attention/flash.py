@@ -13,6 +13,10 @@ a dummy pointer and a constexpr flag):
 * backward: ``flash_bwd_preprocess_kernel`` (``o``, ``do``) -> ``delta``,
   then ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` and
   ``flash_bwd_dq_kernel`` -> ``dq``;
+* with segment ranges (segment ids, packed input), each of the three main
+  kernels runs as a gated pair (:func:`gated_pair`): the rows whose segment
+  holds the whole other side go through the kernel of plain attention,
+  the others through the ranged one;
 * bias gradient, only when the bias needs one (``AttentionPlans.dbias``):
   ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's own shape ``[B|1,
   HQ|1, Tq, Tk]`` and dtype, summed over the broadcast dimensions in
@@ -40,6 +44,7 @@ what it worked out), and the opt-in tensor-descriptor kernels' plans
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,20 +119,51 @@ def _replan(table: dict, configs: dict | None) -> None:
 
 @dataclass(frozen=True)
 class AttentionPlans:
-    """``forward``: one launch, inputs ``q, k, v, qoff, koff`` and the
-    optional ones, outputs ``(out, lse)``.  ``preprocess(o, do)`` -> delta;
-    ``grads(do)`` -> ``(dkdv, dq)`` launches taking also ``lse`` and
-    ``delta``.  ``dbias(do)``: the bias-gradient launch (same inputs as
+    """``forward``: the launches (one, or a gated pair), inputs ``q, k, v,
+    qoff, koff`` and the optional ones, outputs ``(out, lse)`` (run them
+    with ``run_steps``).  ``preprocess(o, do)`` -> delta; ``grads(do)`` ->
+    ``(dkdv, dq)``, each a tuple of launches likewise, taking also ``lse``
+    and ``delta``.  ``dbias(do)``: the bias-gradient launch (same inputs as
     ``grads``; output ``dbias`` in the bias's shape and dtype, its columns
     the *local* keys ``0..Tk-1``), None without a bias; launch it only when
     the bias needs a gradient."""
 
-    forward: LaunchPlan
+    forward: tuple[LaunchPlan, ...]
     preprocess: Callable[[TensorInfo, TensorInfo], LaunchPlan]
-    grads: Callable[[TensorInfo], tuple[LaunchPlan, LaunchPlan]]
+    grads: Callable[[TensorInfo], tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]]
     dbias: Callable[[TensorInfo], LaunchPlan | None]
     qoff: tuple[int, ...]
     koff: tuple[int, ...]
+
+
+def gated_pair(plan: LaunchPlan) -> tuple[LaunchPlan, LaunchPlan]:
+    """A ranged launch (``HAS_RANGE``) as two launches over the same
+    outputs.  First the kernel of plain attention (no ids, no ranges) runs
+    the blocks that hold a row whose segment holds every token of the other
+    side (flash_common.gated_rows); then the ranged kernel runs the blocks
+    that hold any other row, and writes their rows again, all of them
+    right, into the first one's outputs.  So every row ends with a value
+    of a kernel that serves it, whatever tiles the two kernels use (each is
+    tuned on its own: ``GATE`` is in the autotuning key).
+
+    Why: one segment is the common case (a model's unpacked batch turned
+    into ids), and it then runs at plain attention's speed.  The ranged
+    kernel's loop bounds and id comparisons cost registers (sm_90, head dim
+    64: forward 224 against 168, 2 programs per SM instead of 3).  The price
+    is a second launch, whose blocks with nothing to do return at once.
+    ``plan``'s last parameters are the dummies of the kernel's ``*_IN``
+    pointers, one per output."""
+    n = len(plan.outputs)
+    whole = dataclasses.replace(
+        plan, constexprs={**plan.constexprs, "HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
+    )
+    rest = dataclasses.replace(
+        plan,
+        params=(*plan.params[:-n], *(In(name) for name in plan.output_names)),
+        constexprs={**plan.constexprs, "GATE": 2},
+        aliases=tuple(enumerate(plan.output_names)),
+    )
+    return whole, rest
 
 
 def _strides_or_zero(info: TensorInfo | None, n: int) -> tuple[int, ...]:
@@ -203,6 +239,7 @@ def attention_plans(
         NKP=opts.k_pieces,
         ROW64=row64,
         DOT_PREC=dot_prec,
+        GATE=0,
     )
     ranged = common["HAS_RANGE"]
     # The plain and causal paths (what models run most) are autotuned, and
@@ -291,6 +328,8 @@ def attention_plans(
             *v.strides,
             *aux_strides,
             n_sink,
+            In("q"),  # OUT_IN, LSE_IN: see gated_pair
+            In("q"),
         ),
         outputs=(
             OutputSpec((B, Tq, HQ, DV), out_dtype or q.dtype),
@@ -309,11 +348,10 @@ def attention_plans(
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
     plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
-    forward = (
-        tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
-        or ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
-        or forward
+    special = tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or ws_forward(
+        q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink
     )
+    forward = (special,) if special else gated_pair(forward) if ranged else (forward,)
 
     # Inputs and scalars of every gradient launch, in kernel order.
     grad_params = (
@@ -328,7 +366,7 @@ def attention_plans(
         *scalars,
     )
     shared = GradShared(q, k, v, bias, opts, common, grad_params, aux_strides, plain, grad_dtype, config,
-                        kernel_and_grid)  # fmt: skip
+                        kernel_and_grid, gated_pair if ranged else None)  # fmt: skip
     preprocess, grads, dbias = backward_plans(shared)
     return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))
 

@@ -42,6 +42,7 @@ from core_triton.attention.flash_common import (
     block_can_be_allowed,
     block_ids,
     block_positions,
+    gated_rows,
     id_ranges,
     load_tile,
     logits,
@@ -242,6 +243,8 @@ def flash_bwd_dkdv_kernel(
     stride_bh,
     stride_bm,
     stride_bn,
+    DK_IN,
+    DV_IN,
     DK_OUT,
     DV_OUT,
     D: tl.constexpr,
@@ -261,9 +264,15 @@ def flash_bwd_dkdv_kernel(
     ROW64: tl.constexpr,
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    GATE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
+    # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
+    # gated_pair), which skips the blocks without a row of its kind
+    # (flash_common.gated_rows) and writes DK_OUT/DV_OUT in full for the others.
+    # DK_IN/DV_IN: the same buffers as DK_OUT/DV_OUT, passed so that the second
+    # launch can alias them; never read.
     stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
     stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
     stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
@@ -287,6 +296,11 @@ def flash_bwd_dkdv_kernel(
 
     offs_n = pid_n * BN + tl.arange(0, BN)
     kvalid = offs_n < Tk
+    KRANGE_b = KRANGE + b64 * 2 * Tk
+    if GATE != 0:
+        # A block with no row of this launch's kind has nothing to do.
+        if tl.max(gated_rows(KRANGE_b, offs_n, kvalid, Tk, Tq, GATE).to(tl.int32), 0) == 0:
+            return
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     rows = offs_n.to(tl.int64) if ROW64 else offs_n
@@ -325,7 +339,6 @@ def flash_bwd_dkdv_kernel(
         HAS_RANGE,
     )
 
-    KRANGE_b = KRANGE + b64 * 2 * Tk
     kblock = (k, v, kpos, kseg, kvalid, kcols)
     strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
     scaling = (scale, qk_scale, cap)
@@ -498,6 +511,7 @@ def flash_bwd_dq_kernel(
     stride_bh,
     stride_bm,
     stride_bn,
+    DQ_IN,
     DQ_OUT,
     D: tl.constexpr,
     DV: tl.constexpr,
@@ -516,9 +530,15 @@ def flash_bwd_dq_kernel(
     ROW64: tl.constexpr,
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    GATE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
+    # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
+    # gated_pair), which skips the blocks without a row of its kind
+    # (flash_common.gated_rows) and writes DQ_OUT in full for the others.
+    # DQ_IN: the same buffers as DQ_OUT, passed so that the second
+    # launch can alias them; never read.
     stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
     stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
     stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
@@ -542,6 +562,11 @@ def flash_bwd_dq_kernel(
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     qvalid = offs_m < Tq
+    QRANGE_b = QRANGE + b64 * 2 * Tq
+    if GATE != 0:
+        # A block with no row of this launch's kind has nothing to do.
+        if tl.max(gated_rows(QRANGE_b, offs_m, qvalid, Tq, Tk, GATE).to(tl.int32), 0) == 0:
+            return
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     rows = offs_m.to(tl.int64) if ROW64 else offs_m
@@ -601,7 +626,6 @@ def flash_bwd_dq_kernel(
         HAS_RANGE,
     )
 
-    QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, do, lse2, delta, qpos, qseg, qvalid, offs_m)
     ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
     strides = (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn)

@@ -5,8 +5,9 @@ plan worked out (:class:`GradShared`).
 * ``preprocess(o, do)``: ``flash_bwd_preprocess_kernel`` -> ``delta [B,
   HQ, Tq]`` float32 (the rows' ``sum(o * do)``);
 * ``grads(do)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a program per
-  key block) and ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), or
-  the opt-in tensor-descriptor kernels (flash_tma_plans.py);
+  key block) and ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), each
+  a tuple of launches (a gated pair with segment ranges, flash.gated_pair),
+  or the opt-in tensor-descriptor kernels (flash_tma_plans.py);
 * ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
   shape and dtype, None without a bias.
 """
@@ -53,7 +54,9 @@ class GradShared:
     whether the tensor-descriptor kernels may take it (``plain``), the
     gradients' dtype (None: the inputs'), and the tile choice
     (``config(kind, table)`` -> ``(BM, BN, num_warps, num_stages)`` or None
-    to autotune; ``kernel_and_grid(kind, table, rows, programs)``)."""
+    to autotune; ``kernel_and_grid(kind, table, rows, programs)``), and
+    ``gate``: None, or the function that splits a ranged launch into its
+    gated pair (flash.gated_pair)."""
 
     q: TensorInfo
     k: TensorInfo
@@ -67,6 +70,7 @@ class GradShared:
     grad_dtype: str | None
     config: Callable
     kernel_and_grid: Callable
+    gate: Callable | None = None
 
 
 def backward_plans(shared: GradShared):
@@ -102,10 +106,10 @@ def backward_plans(shared: GradShared):
         )
 
     @functools.lru_cache(maxsize=8)
-    def grads(do: TensorInfo) -> tuple[LaunchPlan, LaunchPlan]:
+    def grads(do: TensorInfo) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
         tma = tma_grads(q, k, v, do, opts, plain, grad_dtype)
         if tma is not None:
-            return tma
+            return (tma[0],), (tma[1],)
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
@@ -114,7 +118,7 @@ def backward_plans(shared: GradShared):
         dkdv = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*grad_params, H, *strides),
+            params=(*grad_params, H, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
             outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
             output_names=("dk", "dv"),
             constexprs=dict(consts, **block),
@@ -125,14 +129,16 @@ def backward_plans(shared: GradShared):
         dq = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*grad_params, HQ, *strides),
+            params=(*grad_params, HQ, *strides, In("q")),  # DQ_IN: flash.gated_pair
             outputs=(OutputSpec((B, Tq, HQ, D), gdt),),
             output_names=("dq",),
             constexprs=dict(consts, **block),
             num_warps=w,
             num_stages=s,
         )
-        return dkdv, dq
+        if shared.gate is not None:
+            return shared.gate(dkdv), shared.gate(dq)
+        return (dkdv,), (dq,)
 
     @functools.lru_cache(maxsize=8)
     def dbias(do: TensorInfo) -> LaunchPlan | None:

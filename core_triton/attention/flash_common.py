@@ -111,6 +111,24 @@ def other_range(RANGE, offs, valid, T):
 
 
 @triton.jit
+def gated_rows(RANGE, offs, valid, T, T_other, GATE: tl.constexpr):
+    """The rows of a block (indices ``offs`` of a side of length ``T``) of
+    ``GATE``'s kind, for the launches of a gated pair (flash.py's
+    ``gated_pair``): 1, the valid rows whose range in ``RANGE [2T]``
+    (segment_ranges' format) is exact and holds the whole other side ``[0,
+    T_other)``, which attend as without segment ids; 2, the other valid
+    rows."""
+    lo = tl.load(RANGE + offs, mask=valid, other=-1)
+    hi = tl.load(RANGE + T + offs, mask=valid, other=0)
+    whole = (lo == 0) & (hi >= T_other)
+    if GATE == 1:
+        rows = valid & whole
+    else:
+        rows = valid & (whole == 0)
+    return rows
+
+
+@triton.jit
 def clamp_runs(t, lo, hi, BLK: tl.constexpr):
     """Runs ``t = (t0, t1, t2, t3)`` (anchored at 0) cut to the blocks that
     meet ``[lo, hi)``; monotone, so the runs keep their order and their

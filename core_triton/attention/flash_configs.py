@@ -38,7 +38,10 @@ FIXED = {64: 4, 128: 4, 256: 1}
 # Segment ids tune on their own: their kernels hold a little more in
 # registers, and the plain path's pick spilled there (sm_90, head dim 64:
 # 28-490 bytes where plain spills 0-110), which cost them 13-22% on the H100.
-_KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "HAS_SEG", "HAS_RANGE", "NQP", "NKP", "DOT_PREC"]
+# GATE too: the plain kernel's half of a gated pair (flash.gated_pair) may
+# tune on a call where few of its blocks have work, and its pick must not
+# become plain attention's.
+_KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "HAS_SEG", "HAS_RANGE", "NQP", "NKP", "DOT_PREC", "GATE"]
 # Head dims of 65-128 (the common case) take a config measured on the H100
 # instead of autotuning: bf16, B=4, H=16, T from 1k to 16k, causal or not.
 # The first two configs of each sweep were within 2-5% of each other, close

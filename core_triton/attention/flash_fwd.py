@@ -25,6 +25,7 @@ from core_triton.attention.flash_common import (
     block_can_be_allowed,
     block_ids,
     block_positions,
+    gated_rows,
     id_ranges,
     load_tile,
     mask_scores,
@@ -183,6 +184,8 @@ def flash_fwd_kernel(
     stride_bm,
     stride_bn,
     stride_sink,
+    OUT_IN,
+    LSE_IN,
     OUT,
     LSE,
     D: tl.constexpr,
@@ -204,9 +207,15 @@ def flash_fwd_kernel(
     ROW64: tl.constexpr,
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
+    GATE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
+    # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
+    # gated_pair), which skips the blocks without a row of its kind
+    # (flash_common.gated_rows) and writes OUT/LSE in full for the others.
+    # OUT_IN/LSE_IN: the same buffers as OUT/LSE, passed so that the second
+    # launch can alias them; never read.
     # Bit k of DIV16: the k-th of (qt, kt, vt) row strides is a multiple of 16.
     stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
     stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
@@ -229,6 +238,11 @@ def flash_fwd_kernel(
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     qvalid = offs_m < Tq
+    QRANGE_b = QRANGE + b64 * 2 * Tq
+    if GATE != 0:
+        # A block with no row of this launch's kind has nothing to do.
+        if tl.max(gated_rows(QRANGE_b, offs_m, qvalid, Tq, Tk, GATE).to(tl.int32), 0) == 0:
+            return
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     rows = offs_m.to(tl.int64) if ROW64 else offs_m
@@ -270,7 +284,6 @@ def flash_fwd_kernel(
         HAS_RANGE,
     )
 
-    QRANGE_b = QRANGE + b64 * 2 * Tq
     qblock = (q, qpos, qseg, qvalid, offs_m)
     ptrs = (K_bh, V_bh, KPOS_b, KSEG_b, BIAS_bh)
     strides = (stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn)

@@ -69,9 +69,9 @@ def main(argv):
     B, T, H, D = 2, 1024, 4, 128
     q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
     plans, _ = core.plans(q, q, q, causal=causal)
-    dkdv, dq = plans.grads(q)
+    (dkdv,), (dq,) = plans.grads(q)
     result = {}
-    for kind, plan in (("fwd", plans.forward), ("dkdv", dkdv), ("dq", dq)):
+    for kind, plan in (("fwd", plans.forward[0]), ("dkdv", dkdv), ("dq", dq)):
         for binding in ("torch", "jax"):
             result[f"{kind}/{binding}"] = load_counts(compile_plan(plan, binding))
     print(json.dumps(result))

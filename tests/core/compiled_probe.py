@@ -21,7 +21,7 @@ def main():
     result = {}
     for causal in (False, True):
         plans, _ = flash.plans(q, q, q, causal=causal)
-        plan = plans.forward
+        (plan,) = plans.forward
         c = compile_plan(plan, {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16"}, 90)
         result[f"causal={causal}"] = {
             "kernel": plan.kernel.__name__,

@@ -4,6 +4,7 @@ import pytest
 
 from core_triton import TensorInfo, cdiv
 from core_triton.attention import flash, flash_configs, ring
+from core_triton.common.launch import In
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
 from core_triton.cumsum import chunk_local as chunk_local_cumsum
@@ -87,6 +88,7 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
         for extra in ({}, {"causal": True}, {"bias": bias}, {"sliding_window": 16}):
             plans, _ = flash.plans(q, q, q, **extra)
             launches = {"fwd": plans.forward, **dict(zip(("dkdv", "dq"), plans.grads(q), strict=True))}
+            launches = {kind: steps[0] for kind, steps in launches.items()}  # one launch each (no ranges)
             if "bias" in extra:
                 launches["dbias"] = plans.dbias(q)
             for kind, plan in launches.items():
@@ -114,7 +116,9 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
             q = _info((2, 300, 4, D), dtype)
             for causal in (False, True):
                 plans, _ = flash.plans(q, q, q, causal=causal)
-                launches = zip(("fwd", "dkdv", "dq"), (plans.forward, *plans.grads(q)), strict=True)
+                launches = zip(
+                    ("fwd", "dkdv", "dq"), (plans.forward[0], *(g[0] for g in plans.grads(q))), strict=True
+                )
                 for kind, plan in launches:
                     swept = hasattr(plan.kernel, "configs")
                     assert swept == (dtype == "bfloat16" and D <= 64), (dtype, causal, plan.kernel)
@@ -126,5 +130,37 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
                     table = tables[kind][64]
                     want = want or table[min(flash_configs.FIXED[64], len(table) - 1)]
                     assert got == want, (dtype, causal, kind, got)
+    finally:
+        flash.attention_plans.cache_clear()
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypatch):
+    """With segment ids, each main launch is a gated pair (flash.gated_pair):
+    first plain attention's own launch (same kernel, tiles and constexprs
+    but GATE), then the ranged one writing into its outputs.  Checked with
+    a GPU's configs (the interpreter's are one table entry for all)."""
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+    try:
+        q, kv = _info((1, 4096, 8, D), "bfloat16"), _info((1, 4096, 2, D), "bfloat16")
+        plain, _ = flash.plans(q, kv, kv, causal=True)
+        ids = _info((1, 4096), "int32")
+        by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
+        pairs = {"fwd": (plain.forward, by_ids.forward)}
+        pairs.update(zip(("dkdv", "dq"), zip(plain.grads(q), by_ids.grads(q), strict=True), strict=True))
+        for kind, (alone, pair) in pairs.items():
+            (p,) = alone
+            whole, rest = pair
+            assert whole.kernel is p.kernel and (callable(p.grid) or whole.grid == p.grid), kind
+            assert {**whole.constexprs, "GATE": 0} == p.constexprs and whole.constexprs["GATE"] == 1, kind
+            assert (whole.num_warps, whole.num_stages) == (p.num_warps, p.num_stages), kind
+            assert whole.aliases == () and whole.params[-len(p.outputs) :] == p.params[-len(p.outputs) :]
+            assert (
+                rest.constexprs["GATE"] == 2 and rest.constexprs["HAS_SEG"] and rest.constexprs["HAS_RANGE"]
+            )
+            assert rest.aliases == tuple(enumerate(p.output_names)), kind
+            assert rest.params[-len(p.outputs) :] == tuple(In(n) for n in p.output_names), kind
     finally:
         flash.attention_plans.cache_clear()

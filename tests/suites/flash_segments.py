@@ -104,6 +104,23 @@ CASES = {
         None,
         {"causal": True},
     ),
+    # Gated pairs (flash.gated_pair): a row in one segment (the kernel of
+    # plain attention) beside a row of documents (the ranged kernel) in one
+    # call; then, in one row, queries that see every key beside queries
+    # that see none, so a block holds rows of both kinds (the ranged launch
+    # writes the whole block again).
+    "batch_rows_one_segment_and_docs": (
+        {"B": 2, "Tq": 130, "Tk": 130},
+        ["one", "docs"],
+        None,
+        {"causal": True},
+    ),
+    "cross_whole_rows_beside_empty": (
+        {"Tq": 90, "Tk": 70},
+        [sorted_ids([45, 45])],
+        [sorted_ids([70])],
+        {},
+    ),
     "cap_bias_sink_docs": (
         {"Tq": 131, "Tk": 131, "sink": "1d", "bias": "1H"},
         ["docs"],
@@ -263,7 +280,7 @@ class FlashSegmentsSuite(KernelLevelCases):
 
     @pytest.mark.skipif(interpreter_requested(), reason="GPU sizes: the configs a GPU picks at long T")
     @pytest.mark.parametrize("D", [64, 128])
-    @pytest.mark.parametrize("kind", ["one", "docs4", "docs64", "two_runs"])
+    @pytest.mark.parametrize("kind", ["one", "docs4", "docs64", "two_runs", "whole_beside_empty"])
     def test_gpu_sizes(self, kind, D):
         """T = 2048 (causal, GQA 8 on 2), the configs the GPU picks, bf16,
         forward and every gradient against the float64 reference."""
@@ -274,6 +291,11 @@ class FlashSegmentsSuite(KernelLevelCases):
             ids = np.zeros(T, np.int32)
         elif kind == "two_runs":
             ids = _runs([(0, 700), (1, 900), (0, 448)], T)
+        elif kind == "whole_beside_empty":
+            # Queries 0..999 see every key, the rest none: blocks of both
+            # kinds, and one that holds both (flash.gated_pair).
+            ids = sorted_ids([1000, T - 1000])
+            c["kv_segment_ids"] = np.zeros((1, T), np.int32)
         else:
             n = int(kind[4:])
             ids = sorted_ids(_fit(list(rng.integers(T // (2 * n), 3 * T // (2 * n), n)), T))
