@@ -114,7 +114,7 @@ def launch(plan: LaunchPlan, inputs: dict[str, torch.Tensor]) -> list[torch.Tens
             launch_direct(plan, used, outputs, stream)
     else:
         launch_direct(plan, used, outputs, stream)
-        if fast is None and not plan.aliases:
+        if fast is None:
             _remember(plan, used, outputs, device)
     return outputs
 
@@ -151,7 +151,7 @@ class _Fast:
     """One plan's launch with everything but the addresses worked out."""
 
     __slots__ = (
-        *("plan", "slots", "nones", "args", "n_in", "outputs"),
+        *("plan", "slots", "nones", "args", "n_in", "outputs", "aliases"),
         *("index", "device", "call", "grid", "head", "tail"),
     )
 
@@ -180,7 +180,14 @@ class _Fast:
         outputs = []
         pos = self.n_in
         poison = poison_outputs()
-        for shape, dtype, fill in self.outputs:
+        for i, (shape, dtype, fill) in enumerate(self.outputs):
+            if i in self.aliases:
+                # Written in place: the input's tensor (checked as a slot).
+                o = inputs[self.aliases[i]]
+                outputs.append(o)
+                args[pos] = o.data_ptr()
+                pos += 1
+                continue
             if fill is None and poison:
                 fill = float("nan") if dtype.is_floating_point else -1
             if fill is None:
@@ -225,6 +232,9 @@ def _remember(plan: LaunchPlan, used: dict, outputs: list, device: torch.device)
         args[pos] = 0
     fast.args = args
     fast.outputs = [(tuple(s.shape), _DTYPES[s.dtype], s.fill) for s in plan.outputs]
+    fast.aliases = dict(plan.aliases)
+    if any(used[name].dim() == 1 for name in fast.aliases.values()):
+        return  # the kernel would write launch()'s contiguous copy: the plain path
     # get_device()'s number (-1 for the CPU, which only tests use).
     fast.index, fast.device = (-1 if device.index is None else device.index), device
     fast.call = replay.direct

@@ -3,7 +3,7 @@
 import pytest
 
 from core_triton import TensorInfo, cdiv
-from core_triton.attention import flash, flash_configs, ring
+from core_triton.attention import flash, flash_configs, flash_tma_plans, ring
 from core_triton.common.launch import In
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
@@ -139,7 +139,10 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
     """With segment ids, each main launch is a gated pair (flash.gated_pair):
     first plain attention's own launch (same kernel, tiles and constexprs
     but GATE), then the ranged one writing into its outputs.  Checked with
-    a GPU's configs (the interpreter's are one table entry for all)."""
+    a GPU's configs (the interpreter's are one table entry for all), the
+    warp-specialised forward off (on sm_90 plain attention takes it; the
+    pair's first launch is the main kernel)."""
+    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
     monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
     monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
     flash.attention_plans.cache_clear()

@@ -19,10 +19,12 @@ from torch_api import _launch
 STREAM = 7
 
 
-@pytest.fixture
-def fast_plan(monkeypatch):
+@pytest.fixture(params=[False, True], ids=["fresh outputs", "first output aliased to y"])
+def fast_plan(monkeypatch, request):
     """A plan (x, a scalar, y, an absent optional input, an index array)
-    with a recorded replay, and the calls its C entry received."""
+    with a recorded replay, and the calls its C entry received; its first
+    output is written into y's tensor where the param says so (the second
+    launch of flash attention's gated pairs)."""
     calls = []
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
@@ -33,6 +35,7 @@ def fast_plan(monkeypatch):
         grid=(3, 2, 1),
         params=(In("x"), 11, In("y"), In("none"), In("idx"), 2.5),
         outputs=(OutputSpec((2, 3), "float32"), OutputSpec((4,), "int32", fill=0.0)),
+        aliases=((0, "y"),) if request.param else (),
     )
     x = torch.randn(4, 8)
     y = torch.randn(4, 8, dtype=torch.float64)
@@ -58,8 +61,12 @@ def test_fast_launch_passes_the_plans_scalars_and_the_calls_addresses(fast_plan)
     x, y = torch.randn(4, 8), torch.randn(4, 8, dtype=torch.float64)
     idx = torch.arange(10, 13, dtype=torch.int32)
     outputs = fast({**inputs, "x": x, "y": y, "idx": idx})
-    assert [o.shape for o in outputs] == [(2, 3), (4,)]
-    assert [o.dtype for o in outputs] == [torch.float32, torch.int32]
+    if fast.plan.aliases:
+        assert outputs[0] is y, "an aliased output is its input's own tensor"
+    else:
+        assert [o.shape for o in outputs] == [(2, 3), (4,)]
+        assert [o.dtype for o in outputs] == [torch.float32, torch.int32]
+    assert outputs[1].shape == (4,) and outputs[1].dtype == torch.int32
     assert torch.equal(outputs[1], torch.zeros(4, dtype=torch.int32)), "a filled output starts filled"
     (call,) = calls
     expected = (3, 2, 1, STREAM, "function", False)
@@ -98,7 +105,10 @@ def test_fast_launch_poisons_outputs_in_tests(fast_plan, monkeypatch):
     fast, inputs, _ = fast_plan
     monkeypatch.setenv("TWINKERNELS_POISON", "1")
     out, filled = fast(inputs)
-    assert torch.isnan(out).all()
+    if fast.plan.aliases:  # the first launch's values: never poisoned
+        assert out is inputs["y"] and not torch.isnan(out).any()
+    else:
+        assert torch.isnan(out).all()
     assert torch.equal(filled, torch.zeros(4, dtype=torch.int32)), "a fill is kept"
 
 
