@@ -136,7 +136,7 @@ class AttentionPlans:
     koff: tuple[int, ...]
 
 
-def gated_pair(plan: LaunchPlan) -> tuple[LaunchPlan, LaunchPlan]:
+def gated_pair(plan: LaunchPlan, first: LaunchPlan | None = None) -> tuple[LaunchPlan, LaunchPlan]:
     """A ranged launch (``HAS_RANGE``) as two launches over the same
     outputs.  First the kernel of plain attention (no ids, no ranges) runs
     the blocks that hold a row whose segment holds every token of the other
@@ -152,9 +152,10 @@ def gated_pair(plan: LaunchPlan) -> tuple[LaunchPlan, LaunchPlan]:
     64: forward 224 against 168, 2 programs per SM instead of 3).  The price
     is a second launch, whose blocks with nothing to do return at once.
     ``plan``'s last parameters are the dummies of the kernel's ``*_IN``
-    pointers, one per output."""
+    pointers, one per output.  ``first``: another first launch (the
+    warp-specialised forward, gated), where plain attention takes it."""
     n = len(plan.outputs)
-    whole = dataclasses.replace(
+    whole = first or dataclasses.replace(
         plan, constexprs={**plan.constexprs, "HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
     )
     rest = dataclasses.replace(
@@ -351,7 +352,16 @@ def attention_plans(
     special = tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or ws_forward(
         q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink
     )
-    forward = (special,) if special else gated_pair(forward) if ranged else (forward,)
+    if special:
+        forward = (special,)
+    elif ranged:
+        # Plain but for the ids: plain attention's own forward for the rows
+        # that see every key (the warp-specialised one where it takes them).
+        like_plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)
+        ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, gate_range="q_key_range")
+        forward = gated_pair(forward, ws)
+    else:
+        forward = (forward,)
 
     # Inputs and scalars of every gradient launch, in kernel order.
     grad_params = (

@@ -38,7 +38,7 @@ jax_api._compiled).
 import triton
 import triton.language as tl
 
-from core_triton.attention.flash_common import LN2, LOG2E
+from core_triton.attention.flash_common import LN2, LOG2E, gated_rows
 from core_triton.common.kernel_helpers import dot, dot_acc
 from core_triton.common.runtime import jit
 
@@ -70,6 +70,7 @@ def flash_fwd_ws_kernel(
     K,
     V,
     SINK,
+    QRANGE,
     scale,
     B,
     Tq,
@@ -84,11 +85,15 @@ def flash_fwd_ws_kernel(
     BS: tl.constexpr,
     CAUSAL: tl.constexpr,
     HAS_SINK: tl.constexpr,
+    GATE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
     """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
-    query head); head ``hq`` reads key head ``hq // (HQ // H)``."""
+    query head); head ``hq`` reads key head ``hq // (HQ // H)``.  ``GATE``
+    1: the first launch of a gated pair (flash.gated_pair), which runs only
+    the blocks that hold a row whose segment holds every key (``QRANGE [B,
+    2 Tq]``, segment_ranges' format; a placeholder for ``GATE`` 0)."""
     pid_m = tl.program_id(0)
     if CAUSAL:
         # The last query blocks see the most keys: start them first, so the
@@ -112,6 +117,13 @@ def flash_fwd_ws_kernel(
     # + 1; else every row's at Tk (a compare of columns only).
     visible = tl.minimum(offs_m + 1, Tk)
     end = tl.minimum(Tk, m0 + BM) if CAUSAL else Tk
+    stored = offs_m < Tq
+    if GATE == 1:
+        # No branch (the pass would leave the kernel unspecialised): a block
+        # with no such row walks no key and stores nothing.
+        mine = tl.max(gated_rows(QRANGE + b.to(tl.int64) * 2 * Tq, offs_m, stored, Tq, Tk, 1).to(tl.int32), 0)
+        end = tl.where(mine > 0, end, 0)
+        stored = offs_m < tl.where(mine > 0, Tq, 0)
     kv_row = b * Tk
     col = h * D
     for start in tl.range(0, end, BN, warp_specialize=True):
@@ -144,14 +156,17 @@ def flash_fwd_ws_kernel(
         l_i = l_i * alpha + tl.sum(tl.exp2(sink[None, :] - m_f[:, None]), 1)
         acc = acc * alpha[:, None]
         m_i = m_f
-    # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
+    # Every row (those past Tq too, never stored) sees key 0: l_i > 0, but
+    # in a gated block that walked no key (it stores nothing).
+    if GATE == 1:
+        l_i = tl.where(l_i > 0, l_i, 1.0)
     out = (acc / l_i[:, None]).to(OUT.dtype.element_ty)
     lse = (m_i + tl.log2(l_i)) * LN2
     b64 = b.to(tl.int64)
     offs_d = tl.arange(0, D)
     rows = (b64 * Tq + offs_m) * (HQ * D) + hq * D
-    tl.store(OUT + rows[:, None] + offs_d[None, :], out, mask=(offs_m < Tq)[:, None])
-    tl.store(LSE + (b64 * HQ + hq) * Tq + offs_m, lse, mask=offs_m < Tq)
+    tl.store(OUT + rows[:, None] + offs_d[None, :], out, mask=stored[:, None])
+    tl.store(LSE + (b64 * HQ + hq) * Tq + offs_m, lse, mask=stored)
 
 
 # The launcher must give this kernel global scratch (its descriptors live there).

@@ -6,6 +6,7 @@ apply (``flash.set_ws_forward``, ``set_tma_forward``, ``set_tma_backward``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from core_triton.attention.flash_bwd_tma import flash_bwd_dkdv_tma_kernel, flash_bwd_dq_tma_kernel
@@ -136,9 +137,14 @@ def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> L
     )
 
 
-def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
+def ws_forward(
+    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
+) -> LaunchPlan | None:
     """The forward through flash_fwd_ws_kernel, or None where it does not
-    apply (see core_triton.attention.flash_fwd_ws)."""
+    apply (see core_triton.attention.flash_fwd_ws).  ``gate_range``: the
+    name of the queries' ranges, for the first launch of a gated pair
+    (flash.gated_pair; ``plain`` then says the call is plain but for its
+    segment ids)."""
     if not (_ws_wanted(q.shape[1], k.shape[1]) and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
         return None
     config = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[q.shape[3]]
@@ -146,7 +152,12 @@ def ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> La
     if B > 1 and Tk % config[1]:
         # A key block would cross into the next batch (flash_fwd_ws).
         return None
-    return _descriptor_forward(flash_fwd_ws_kernel, config, q, k, v, opts, sink, n_sink, sink_stride)
+    plan = _descriptor_forward(flash_fwd_ws_kernel, config, q, k, v, opts, sink, n_sink, sink_stride)
+    return dataclasses.replace(
+        plan,
+        params=(*plan.params[:4], In(gate_range or "q"), *plan.params[4:]),
+        constexprs={**plan.constexprs, "GATE": 1 if gate_range else 0},
+    )
 
 
 def tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchPlan] | None:

@@ -18,12 +18,20 @@ def main():
     # Two batches of whole key blocks (the plan's condition for several).
     B, T, H, D = 2, 1024, 4, 128
     q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
+    ids = TensorInfo((B, T), "int32", (T, 1))
     result = {}
-    for causal in (False, True):
-        plans, _ = flash.plans(q, q, q, causal=causal)
-        (plan,) = plans.forward
-        c = compile_plan(plan, {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16"}, 90)
-        result[f"causal={causal}"] = {
+    for case in ("causal=False", "causal=True", "segment ids"):
+        if case == "segment ids":
+            # The first launch of a gated pair (flash.gated_pair).
+            index = dict(q_key_range=ids, kv_query_range=ids)
+            plans, _ = flash.plans(q, q, q, ids, causal=True, **index)
+            plan = plans.forward[0]
+        else:
+            plans, _ = flash.plans(q, q, q, causal=case == "causal=True")
+            (plan,) = plans.forward
+        dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
+        c = compile_plan(plan, dtypes, 90)
+        result[case] = {
             "kernel": plan.kernel.__name__,
             "num_warps_planned": plan.num_warps,
             "num_warps": c.num_warps,
@@ -31,6 +39,7 @@ def main():
             "scratch_bytes": c.scratch_bytes,
             "grid": list(c.grid),
             "params": [[p.type, p.value] for p in c.params],
+            "gate": plan.constexprs["GATE"],
         }
     print(json.dumps(result))
 

@@ -28,8 +28,9 @@ def test_ws_forward_compiles_warp_specialised_with_scratch():
     )
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(res.stdout.strip().splitlines()[-1])
-    for causal in ("causal=False", "causal=True"):
-        r = result[causal]
+    for case in ("causal=False", "causal=True", "segment ids"):
+        r = result[case]
+        assert r["gate"] == (case == "segment ids"), r
         assert r["kernel"] == "flash_fwd_ws_kernel", r
         # The pass adds a producer warp group and a second consumer's worth
         # of warps to the 4 the plan launches with, and moves registers.
@@ -39,8 +40,10 @@ def test_ws_forward_compiles_warp_specialised_with_scratch():
         assert r["scratch_bytes"] > 0, r
         assert r["grid"] == [8, 8, 1], r
         types = [t for t, _ in r["params"]]
-        # q, k, v, the sink placeholder, the scale, B, Tq, Tk, HQ, H (the
-        # sink count and stride, equal to 1, specialised away as Triton's
-        # launcher does), then out and lse.
-        assert types == ["*bf16"] * 4 + ["fp32"] + ["i32"] * 5 + ["*bf16", "*fp32"], r
-        assert [v for _, v in r["params"]][5:10] == [2, 1024, 1024, 4, 4], r
+        # q, k, v, the sink placeholder, the queries' ranges (a placeholder
+        # unless gated), the scale, B, Tq, Tk, HQ, H (the sink count and
+        # stride, equal to 1, specialised away as Triton's launcher does),
+        # then out and lse.
+        ranges = "*i32" if r["gate"] else "*bf16"
+        assert types == ["*bf16"] * 4 + [ranges, "fp32"] + ["i32"] * 5 + ["*bf16", "*fp32"], r
+        assert [v for _, v in r["params"]][6:11] == [2, 1024, 1024, 4, 4], r

@@ -21,7 +21,7 @@ from core_triton.attention import segment_ranges
 from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import contiguous_strides
-from tests.suites.flash_attention import FlashAttentionSuite, make_case
+from tests.suites.flash_attention import FlashAttentionSuite, make_case, spy_launches, ws_forward_on
 from tests.suites.kernel_level import KernelLevelCases
 
 
@@ -244,6 +244,24 @@ class FlashSegmentsSuite(KernelLevelCases):
         c, options = case_inputs(name)
         self._kernel_level(name in ("docs_causal", "cross_unsorted_keys", "batch_rows_sorted_and_not"))
         self._check(c, options, dlse=name.startswith("docs"))
+
+    @pytest.mark.parametrize("name", ["one_segment_causal", "cross_whole_rows_beside_empty"])
+    def test_segments_ws_forward(self, name, monkeypatch):
+        """The warp-specialised forward as a gated pair's first launch (the
+        plan's pick on sm_90 at head dim 128 from 2048 tokens; forced on
+        here, so the interpreter runs it with small blocks): it walks only
+        the blocks with a row that sees every key, the ranged kernel the
+        rest.  bf16, forward and every gradient against float64."""
+        from core_triton.attention import flash_tma_plans
+
+        # On a GPU the JAX binding launches it its own way (jax_api._compiled).
+        self._kernel_level(not interpreter_requested())
+        c, options = case_inputs(name)
+        with ws_forward_on(self.fw, {c["query"].shape[3]: (128, 128, 4, 2)}):
+            seen = spy_launches(self.fw, monkeypatch)
+            self._check(c, options, dtype="bfloat16")
+        first = next(p for p in seen if p.output_names == ("out", "lse"))
+        assert first.kernel is flash_tma_plans.flash_fwd_ws_kernel and first.constexprs["GATE"] == 1, first
 
     def test_bfloat16_docs(self):
         c, options = case_inputs("docs_window_causal")
