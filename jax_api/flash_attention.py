@@ -27,39 +27,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
-from core_triton.attention import packed, segment_ranges, softmax_parts
+from core_triton.attention import flash_call, segment_ranges
 from core_triton.common.launch import run_named
+from jax_api._attention import attention_vjp, sink_grad
 from jax_api._fold import foldable, side_by_side, unfold
 from jax_api._launch import info, launch
-
-
-def _float0_like(tree):
-    return jax.tree.map(lambda a: np.zeros(np.shape(a), jax.dtypes.float0), tree)
-
-
-def primal_values(args):
-    """``(values, needs_grad)`` of a ``symbolic_zeros=True`` forward rule's
-    arguments: the arrays, and per argument whether JAX differentiates it
-    (None for an absent optional argument)."""
-    values = jax.tree.map(lambda p: p.value, args)
-    needs = tuple(
-        None if a is None else any(p.perturbed for p in jax.tree.leaves(a, is_leaf=_is_primal)) for a in args
-    )
-    return values, needs
-
-
-def _is_primal(x):
-    return hasattr(x, "perturbed")
-
-
-def cotangent(ct, like):
-    """An output cotangent, with a symbolic zero made explicit."""
-    return jnp.zeros_like(like) if isinstance(ct, SymbolicZero) else ct
-
 
 _JITTED: dict[tuple, object] = {}
 
@@ -173,27 +147,14 @@ def _op(options):
     """The ``custom_vjp`` of ``options``: ``op(q, k, v, sink, bias, idx) ->
     (out, lse)``."""
     run = foldable(lambda groups: functools.partial(_forward, options), _layout)
-    op = jax.custom_vjp(run)
 
-    def fwd(*args):
-        (q, k, v, sink, b, idx), needs = primal_values(args)
-        out, lse = run(q, k, v, sink, b, idx)
-        # Which gradients to make rides in the residuals' structure (() or
-        # None), not as values: it must stay a trace-time constant.
-        flags = tuple(() if n else None for n in needs[3:5])
-        return (out, lse), (q, k, v, sink, b, idx, out, lse, flags)
+    def backward(need_sink, need_bias, *arrays):
+        grads = foldable(
+            lambda groups: functools.partial(_backward, options, need_sink, need_bias, groups), _layout
+        )
+        return grads(*arrays)
 
-    def bwd(res, cts):
-        q, k, v, sink, b, idx, out, lse, (sink_flag, bias_flag) = res
-        dout = cotangent(cts[0], out).astype(out.dtype)
-        dlse = None if isinstance(cts[1], SymbolicZero) else cts[1]
-        needs = (sink_flag is not None, bias_flag is not None)
-        grads = foldable(lambda groups: functools.partial(_backward, options, *needs, groups), _layout)
-        dq, dk, dv, dsink, db = grads(q, k, v, sink, b, idx, out, lse, dout, dlse)
-        return dq, dk, dv, dsink, db, _float0_like(idx)
-
-    op.defvjp(fwd, bwd, symbolic_zeros=True)
-    return op
+    return attention_vjp(run, backward)
 
 
 def _sink_grad_per_element(sink, lse, delta, groups):
@@ -225,12 +186,6 @@ def _shared_dbias(options, groups, q, k, v, sink, b, idx, dout, lse, delta):
 
     parts = (q, k, v, dout, lse, delta, major)
     return jax.vmap(one)(*jax.tree.map(lambda x: unfold(x, groups), parts))
-
-
-def sink_grad(sink, lse, delta):
-    """The sinks' gradient (core_triton.attention.softmax_parts)."""
-    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
-    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta})[0]
 
 
 def _segment_ranges(q_ids, kv_ids):
@@ -309,31 +264,12 @@ def flash_attention(
         "q_positions": q_positions,
         "kv_positions": kv_positions,
     }
-    index, launches = packed.prepare(
-        info(query, "query"),
-        info(key, "key"),
-        info(cu_seqlens, "cu_seqlens"),
-        info(cu_seqlens_k, "cu_seqlens_k"),
-        {n: info(a, n) for n, a in given.items()},
-    )
-    plans, return_lse = core.plans(
-        info(query),
-        info(key),
-        info(value, "value"),
-        index["q_segment_ids"],
-        index["kv_segment_ids"],
-        info(softmax_aux, "softmax_aux"),
-        info(bias, "bias"),
-        sliding_window,
-        causal,
-        logits_soft_cap,
-        softmax_scale,
-        index["q_positions"],
-        index["kv_positions"],
-        return_lse,
-        q_key_range=index.get("q_key_range"),
-        kv_query_range=index.get("kv_query_range"),
-    )
+    plans, return_lse, index, launches = flash_call.call_plans(
+        info(query, "query"), info(key, "key"), info(value, "value"), info(cu_seqlens, "cu_seqlens"),
+        info(cu_seqlens_k, "cu_seqlens_k"), {n: info(a, n) for n, a in given.items()},
+        info(softmax_aux, "softmax_aux"), info(bias, "bias"), sliding_window, causal, logits_soft_cap,
+        softmax_scale, return_lse,
+    )  # fmt: skip
     made = {}
     if launches and cu_seqlens is None:
         # Segment ids' ranges, made on the device (the ids may be traced).

@@ -13,58 +13,25 @@ from __future__ import annotations
 import torch
 
 from core_triton.attention import flash as core
-from core_triton.attention import packed, softmax_parts
+from core_triton.attention import flash_call
 from core_triton.common.checks import check_bool
 from core_triton.common.launch import run_named
+from torch_api._attention import INDEX, PARAMS, fake_backward, sink_grad
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 
-# The op's arguments (ring_attention's start with them).
-PARAMS = (
-    Param("query", "Tensor"),
-    Param("key", "Tensor"),
-    Param("value", "Tensor"),
-    Param("q_segment_ids", "Tensor?"),
-    Param("kv_segment_ids", "Tensor?"),
-    Param("softmax_aux", "Tensor?"),
-    Param("bias", "Tensor?"),
-    Param("sliding_window", "int[]?"),
-    Param("causal", "bool"),
-    Param("logits_soft_cap", "float?"),
-    Param("softmax_scale", "float?"),
-    Param("q_positions", "Tensor?"),
-    Param("kv_positions", "Tensor?"),
-)
-_INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 # The op's own arguments: packed input's boundaries after the shared ones.
 _OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Tensor?"))
 
 
 def _plans(a, info_of):
     """``(plans, index, launches)``: the attention's plans, the infos of the
-    index arrays it reads and the launches packed input makes them with
-    (core_triton.attention.packed.prepare)."""
-    q, k = info_of(a["query"]), info_of(a["key"])
-    index, launches = packed.prepare(
-        q, k, info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"]), {n: info_of(a[n]) for n in _INDEX}
-    )
-    plans, _ = core.plans(
-        q,
-        k,
-        info_of(a["value"]),
-        index["q_segment_ids"],
-        index["kv_segment_ids"],
-        info_of(a["softmax_aux"]),
-        info_of(a["bias"]),
-        a["sliding_window"],
-        a["causal"],
-        a["logits_soft_cap"],
-        a["softmax_scale"],
-        index["q_positions"],
-        index["kv_positions"],
-        q_key_range=index.get("q_key_range"),
-        kv_query_range=index.get("kv_query_range"),
-    )
+    index arrays it reads and the launches that make them (flash_call)."""
+    plans, _, index, launches = flash_call.call_plans(
+        info_of(a["query"]), info_of(a["key"]), info_of(a["value"]), info_of(a["cu_seqlens"]),
+        info_of(a["cu_seqlens_k"]), {n: info_of(a[n]) for n in INDEX}, info_of(a["softmax_aux"]),
+        info_of(a["bias"]), a["sliding_window"], a["causal"], a["logits_soft_cap"], a["softmax_scale"],
+    )  # fmt: skip
     return plans, index, launches
 
 
@@ -100,7 +67,7 @@ def _prepare(a):
         if len(_memo) > _MEMO_LIMIT:
             _memo.clear()
     inputs = {"q": a["query"], "k": a["key"], "v": a["value"], **constants}
-    for name in _INDEX:
+    for name in INDEX:
         if a[name] is not None:
             inputs[name] = a[name].detach().contiguous()
     if ids:
@@ -124,7 +91,7 @@ def _plan_call(a):
     positions a call leaves out) and the launches that make its index
     arrays (packed input, segment ids; else none)."""
     # Planned as launched: index arrays and sinks with unit stride.
-    a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
+    a = {n: (_contiguous(v) if n in (*INDEX, "softmax_aux") else v) for n, v in a.items()}
     plans, index, ids = _plans(a, info)
     q = a["query"]
     has = (index["q_positions"] is not None, index["kv_positions"] is not None)
@@ -185,42 +152,9 @@ def _fake_forward(a):
     return tuple(_empty(spec, device) for spec in plans.forward.outputs), []
 
 
-def _fake_backward(a, outputs, extras, cotangents, needs):
-    _plans(a, fake_info)
-    need = dict(zip(_TENSORS, needs, strict=True))
-
-    def like(name):
-        t = a[name]
-        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
-
-    grads = {n: like(n) for n in ("query", "key", "value")}
-    for n in ("softmax_aux", "bias"):
-        if need[n] and a[n] is not None:
-            grads[n] = like(n)
-    return tuple(map(grads.get, _TENSORS))
-
-
-_OP = TorchOp("flash_attention", _OP_PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
-
-
-def sink_grad(sink, lse, delta):
-    """The sinks' gradient (core_triton.attention.softmax_parts)."""
-    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
-    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta.contiguous()})[0]
-
-
-def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
-    """The index inputs of ``plans`` (see jax_api.flash_attention.index_inputs)."""
-    idx = constant_inputs(plans, q_positions is not None, kv_positions is not None, lengths, device)
-    for name, value in (
-        ("q_segment_ids", q_segment_ids),
-        ("kv_segment_ids", kv_segment_ids),
-        ("q_positions", q_positions),
-        ("kv_positions", kv_positions),
-    ):
-        if value is not None:
-            idx[name] = value.detach().contiguous()
-    return idx
+_OP = TorchOp(
+    "flash_attention", _OP_PARAMS, 2, Impl(_forward, _backward, _fake_forward, fake_backward(_TENSORS))
+)
 
 
 def constant_inputs(plans, has_q_positions, has_kv_positions, lengths, device):
