@@ -124,22 +124,17 @@ def _backward(options, need_sink, need_bias, groups, q, k, v, sink, b, idx, out,
     the sinks' gradient, and a shared bias's, per folded element then
     (``[groups, *shape]``; jax_api._fold)."""
     plans = _plans_for(options, q, k, v, sink, b, idx)
-    (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
-    if dlse is not None:
-        delta = delta - dlse.astype(jnp.float32)
-    dkdv_plan, dq_plan = plans.grads(info(dout))
-    inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **idx}
+    shared_bias = need_bias and groups > 1 and b.shape[0] != q.shape[0]
+    steps = (plans.preprocess(info(out), info(dout)), *plans.grads(info(dout)))
+    steps = (*steps, plans.dbias(info(dout)) if need_bias and not shared_bias else None)
+    inputs = {"q": q, "k": k, "v": v, **idx}
     if b is not None:
         inputs["bias"] = b
-    dk, dv = launch(dkdv_plan, inputs)
-    (dq,) = launch(dq_plan, inputs)
+    cast = lambda x, dtype: x.astype(dtype)  # noqa: E731
+    dq, dk, dv, db, delta = flash_call.gradients(launch, cast, steps, inputs, out, lse, dout, dlse)
     dsink = _sink_grad_per_element(sink, lse, delta, groups) if need_sink else None
-    db = None
-    if need_bias and groups > 1 and b.shape[0] != q.shape[0]:
+    if shared_bias:
         db = _shared_dbias(options, groups, q, k, v, sink, b, idx, dout, lse, delta)
-    elif need_bias:
-        # Bias shape and dtype, reduced over broadcast dims inside the launch.
-        db = launch(plans.dbias(info(dout)), inputs)[0]
     return dq, dk, dv, dsink, db
 
 

@@ -103,6 +103,6 @@ def ring_attention(
     # One custom_vjp over the whole ring; the float32 output is the residual.
     op = attention_vjp(forward, backward)
     # Staged: JAX 0.10 refuses a symbolic_zeros custom_vjp in an eager
-    # shard_map (jax_api.flash_attention.attention_call).
+    # shard_map (jax_api._flash.attention_call).
     out, lse = jax.jit(op)(query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

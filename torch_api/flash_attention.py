@@ -124,22 +124,17 @@ def _backward(a, outputs, extras, cotangents, needs, state):
     out, lse = outputs
     dout, dlse = cotangents
     dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)
-    pre_plan, dkdv_plan, dq_plan = _grad_plans(plans, out, dout)
-    (delta,) = launch(pre_plan, {"o": out, "do": dout})
-    # An unused lse (the usual case) arrives as None: nothing to subtract.
-    if dlse is not None:
-        delta = delta - dlse.float()
-    inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
-    dk, dv = launch(dkdv_plan, inputs)
-    (dq,) = launch(dq_plan, inputs)
     need = dict(zip(_TENSORS, needs, strict=True))
+    steps = (*_grad_plans(plans, out, dout), plans.dbias(info(dout)) if need["bias"] else None)
+    dq, dk, dv, db, delta = flash_call.gradients(launch, _cast, steps, inputs, out, lse, dout, dlse)
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
-    # Bias shape and dtype, reduced over broadcast dims inside the launch;
-    # nothing is launched or allocated when the bias needs no gradient.
-    db = launch(plans.dbias(info(dout)), inputs)[0] if need["bias"] else None
     grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
     return tuple(map(grads.get, _TENSORS))
+
+
+def _cast(x, dtype):
+    return x.to(dtype)
 
 
 def _empty(spec, device):

@@ -1,8 +1,12 @@
-"""A binding's ``flash_attention`` call, planned in one place: packed input
-and segment ids (core_triton.attention.packed.prepare), then the attention
-(core_triton.attention.flash.plans)."""
+"""What a binding's ``flash_attention`` call does, written once: its
+planning (packed input and segment ids: core_triton.attention.packed.prepare;
+then the attention: core_triton.attention.flash.plans) and the order of
+its backward's launches (also the start of the ring's backward).  A
+binding gives ``launch(plan, inputs) -> outputs`` and ``cast(x, dtype)``."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from core_triton.attention import flash, packed
 from core_triton.common.launch import LaunchPlan, TensorInfo
@@ -49,3 +53,26 @@ def call_plans(
         kv_query_range=index.get("kv_query_range"),
     )
     return plans, return_lse, index, launches
+
+
+def delta(launch: Callable, cast: Callable, preprocess: LaunchPlan, out, dout, dlse):
+    """The backward's ``delta [B, HQ, Tq]`` float32 (``rowsum(out * dout)``,
+    the preprocess launch), less the ``lse`` cotangent ``dlse`` unless it is
+    None (an unused ``lse``, the usual case: nothing to subtract)."""
+    (d,) = launch(preprocess, {"o": out, "do": dout})
+    return d if dlse is None else d - cast(dlse, d.dtype)
+
+
+def gradients(launch: Callable, cast: Callable, steps: tuple, inputs: dict, out, lse, dout, dlse):
+    """``(dq, dk, dv, dbias, delta)``: the attention's backward on the
+    forward's ``inputs`` (by the plans' names).  ``steps``: the preprocess,
+    dK/dV, dQ and bias-gradient plans, the last None when the bias needs no
+    gradient (nothing is launched or allocated for it then; else the bias's
+    shape and dtype, reduced over broadcast dims inside the launch)."""
+    preprocess, dkdv_plan, dq_plan, dbias_plan = steps
+    d = delta(launch, cast, preprocess, out, dout, dlse)
+    inputs = {**inputs, "do": dout, "lse": lse, "delta": d}
+    dk, dv = launch(dkdv_plan, inputs)
+    (dq,) = launch(dq_plan, inputs)
+    db = None if dbias_plan is None else launch(dbias_plan, inputs)[0]
+    return dq, dk, dv, db, d

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from core_triton.attention import softmax_parts
+from core_triton.attention import flash_call, softmax_parts
 from core_triton.attention.ring import RingSchedule, RingStep
 
 
@@ -123,9 +123,8 @@ def backward(
     and the next step's kernels run while they travel (they are waited for
     only when the next sum needs them).  After the walk they go home in one
     hop (``schedule.home_shift``)."""
-    (delta,) = ring.launch(plans.preprocess(ring.info(out), ring.info(dout)), {"o": out, "do": dout})
-    if dlse is not None:
-        delta = delta - ring.cast(dlse, delta.dtype)
+    preprocess = plans.preprocess(ring.info(out), ring.info(dout))
+    delta = flash_call.delta(ring.launch, ring.cast, preprocess, out, dout, dlse)
     dkdv_plan, dq_plan = plans.grads(ring.info(dout))
     k, v = kv["k"], kv["v"]
     steps = schedule.steps(ring.rank)
