@@ -9,8 +9,8 @@ from jax_api.gated_delta_rule import gated_delta_rule
 from jax_api.gated_delta_rule_step import gated_delta_rule_step
 from jax_api.lightning_attn import lightning_attn
 from jax_api.recurrent import recurrent
-from jax_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
-from jax_api.ring_attention import ring_attention_mesh as ring_attention_mesh  # JAX only: not in __all__
+from jax_api.ring_attention import ring_attention
+from jax_api.ring_attention_mesh import ring_attention_mesh as ring_attention_mesh  # JAX only: not in __all__
 from jax_api.utils import (
     cdiv,
     check_cu_seqlens,
@@ -24,6 +24,7 @@ from jax_api.utils import (
     prepare_sequence_ids,
     prepare_token_indices,
 )
+from jax_api.zigzag import zigzag_reorder, zigzag_restore
 
 __all__ = [
     "cdiv",

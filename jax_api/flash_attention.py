@@ -1,236 +1,20 @@
-"""``flash_attention`` for JAX (semantics: core_triton.attention.flash).
-
-One ``jax.custom_vjp`` over the forward launch; the backward runs the
-preprocess, dK/dV and dQ launches.  Segment ids, positions and the piece
-offsets are index inputs: they may be traced and get float0 cotangents.
-
-A bias that needs no gradient.  Both bindings take the same arguments, so
-there is no flag for it; instead the ``custom_vjp`` is built with
-``symbolic_zeros=True``, which tells the forward rule which inputs JAX is
-differentiating (``CustomVJPPrimal.perturbed``).  A bias that is not an
-argument being differentiated (not in ``argnums``, closed over, a constant,
-or passed through ``jax.lax.stop_gradient``) is not perturbed: the backward
-then launches no bias-gradient kernel and allocates no buffer for it, and
-JAX's cotangent for it is zero.  The same mechanism skips the sinks'
-gradient and the ``lse`` cotangent when they are unused.
-
-``vmap``: the forward and the backward inside the ``custom_vjp`` fold a
-vmapped axis into the batch axis and launch once (jax_api._fold; which
-arguments fold: :func:`_layout`).  The sinks' gradient is then made per
-element by one launch that sees the elements as more heads; a shared bias
-of batch 1 gets its gradient from one launch per element.
+"""``flash_attention`` for JAX (semantics: core_triton.attention.flash): the
+call's plans and index inputs; the differentiable op (a ``custom_vjp``
+that skips the gradients JAX does not ask for, and folds ``vmap`` into
+the batch) is jax_api._flash.
 """
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.custom_derivatives import SymbolicZero
 
 from core_triton.attention import flash as core
-from core_triton.attention import packed, segment_ranges, softmax_parts
-from core_triton.common.launch import run_named, run_steps
-from jax_api._fold import foldable, side_by_side, unfold
+from core_triton.attention import flash_call, segment_ranges
+from core_triton.common.launch import run_named
+from jax_api._flash import attention_call, call_options
+from jax_api._fold import foldable
 from jax_api._launch import info, launch
-
-
-def _float0_like(tree):
-    return jax.tree.map(lambda a: np.zeros(np.shape(a), jax.dtypes.float0), tree)
-
-
-def primal_values(args):
-    """``(values, needs_grad)`` of a ``symbolic_zeros=True`` forward rule's
-    arguments: the arrays, and per argument whether JAX differentiates it
-    (None for an absent optional argument)."""
-    values = jax.tree.map(lambda p: p.value, args)
-    needs = tuple(
-        None if a is None else any(p.perturbed for p in jax.tree.leaves(a, is_leaf=_is_primal)) for a in args
-    )
-    return values, needs
-
-
-def _is_primal(x):
-    return hasattr(x, "perturbed")
-
-
-def cotangent(ct, like):
-    """An output cotangent, with a symbolic zero made explicit."""
-    return jnp.zeros_like(like) if isinstance(ct, SymbolicZero) else ct
-
-
-_JITTED: dict[tuple, object] = {}
-
-
-def attention_call(options, query, key, value, softmax_aux, bias, index):
-    """The attention of ``options`` (``(sliding_window, causal,
-    logits_soft_cap, softmax_scale)``, checked and hashable) as a
-    differentiable op; returns ``(out, lse)``.  ``index``: the plans' index
-    inputs (``qoff``, ``koff`` and segment ids / positions by name).  A
-    cotangent on ``lse`` is honoured: it enters as ``delta - dlse``.  The
-    sinks' and the bias's gradients are computed only for the inputs JAX
-    differentiates (module docstring).  Under ``vmap`` the op folds the
-    vmapped axis into the batch axis (:func:`_layout`).
-
-    The op runs under ``jax.jit``, one per options (its plans come from
-    the shapes it is traced with): JAX 0.10 refuses a ``symbolic_zeros``
-    custom_vjp inside an eager ``shard_map`` (NotImplementedError) but
-    takes it staged."""
-    op = _JITTED.get(options)
-    if op is None:
-        if len(_JITTED) >= 256:
-            _JITTED.clear()
-        op = _JITTED[options] = jax.jit(_op(options))
-    return op(query, key, value, softmax_aux, bias, index)
-
-
-def _options(sliding_window, causal, logits_soft_cap, softmax_scale) -> tuple:
-    """The options of a call (checked by core.plans already) as a key."""
-    window = core.window_pair(sliding_window)
-    window = None if window is None else tuple(window)
-    cap, scale = (None if x is None else float(x) for x in (logits_soft_cap, softmax_scale))
-    return window, bool(causal), cap, scale
-
-
-def _plans_for(options, q, k, v, sink, b, idx):
-    """The plans for these arrays: the ones of the call, or of a folded
-    batch.  Missing positions are in ``idx`` already (as ``[T]`` aranges,
-    which is what core_triton plans them as)."""
-    window, causal, cap, scale = options
-    plans, _ = core.plans(
-        info(q),
-        info(k),
-        info(v),
-        info(idx.get("q_segment_ids")),
-        info(idx.get("kv_segment_ids")),
-        info(sink),
-        info(b),
-        window,
-        causal,
-        cap,
-        scale,
-        info(idx.get("q_positions")),
-        info(idx.get("kv_positions")),
-        q_key_range=info(idx.get("q_key_range")),
-        kv_query_range=info(idx.get("kv_query_range")),
-    )
-    return plans
-
-
-def _layout(elements, in_batched):
-    """Which arguments of the forward ``(q, k, v, sink, bias, idx)`` and of
-    the backward (those, then ``out, lse, dout, dlse``) are batch-major.
-    Shared: the sinks, ``qoff``/``koff``, ``[T]`` positions, and a bias of
-    batch 1 that is not vmapped (read with batch stride 0, no copy); a bias
-    of batch ``B`` is batch-major (a vmapped bias of batch 1 < ``B`` then
-    cannot fold)."""
-    q, _, _, sink, b, idx = elements[:6]
-    bias = None
-    if b is not None:
-        bias = b.shape[0] == q.shape[0] and bool(in_batched[4] or b.shape[0] > 1)
-    index = {n: a.ndim == 2 for n, a in idx.items()}
-    rest = tuple(None if a is None else True for a in elements[6:])
-    return (True, True, True, None if sink is None else False, bias, index, *rest)
-
-
-def _forward(options, q, k, v, sink, b, idx):
-    inputs = {"q": q, "k": k, "v": v, **idx}
-    if sink is not None:
-        inputs["softmax_aux"] = sink
-    if b is not None:
-        inputs["bias"] = b
-    out, lse = run_steps(_plans_for(options, q, k, v, sink, b, idx).forward, inputs, launch)
-    return out, lse
-
-
-def _backward(options, need_sink, need_bias, groups, q, k, v, sink, b, idx, out, lse, dout, dlse):
-    """``(dq, dk, dv, dsink, dbias)`` for inputs folded ``groups`` times:
-    the sinks' gradient, and a shared bias's, per folded element then
-    (``[groups, *shape]``; jax_api._fold)."""
-    plans = _plans_for(options, q, k, v, sink, b, idx)
-    (delta,) = launch(plans.preprocess(info(out), info(dout)), {"o": out, "do": dout})
-    if dlse is not None:
-        delta = delta - dlse.astype(jnp.float32)
-    dkdv_plan, dq_plan = plans.grads(info(dout))
-    inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, **idx}
-    if b is not None:
-        inputs["bias"] = b
-    dk, dv = run_steps(dkdv_plan, inputs, launch)
-    (dq,) = run_steps(dq_plan, inputs, launch)
-    dsink = _sink_grad_per_element(sink, lse, delta, groups) if need_sink else None
-    db = None
-    if need_bias and groups > 1 and b.shape[0] != q.shape[0]:
-        db = _shared_dbias(options, groups, q, k, v, sink, b, idx, dout, lse, delta)
-    elif need_bias:
-        # Bias shape and dtype, reduced over broadcast dims inside the launch.
-        db = launch(plans.dbias(info(dout)), inputs)[0]
-    return dq, dk, dv, dsink, db
-
-
-def _op(options):
-    """The ``custom_vjp`` of ``options``: ``op(q, k, v, sink, bias, idx) ->
-    (out, lse)``."""
-    run = foldable(lambda groups: functools.partial(_forward, options), _layout)
-    op = jax.custom_vjp(run)
-
-    def fwd(*args):
-        (q, k, v, sink, b, idx), needs = primal_values(args)
-        out, lse = run(q, k, v, sink, b, idx)
-        # Which gradients to make rides in the residuals' structure (() or
-        # None), not as values: it must stay a trace-time constant.
-        flags = tuple(() if n else None for n in needs[3:5])
-        return (out, lse), (q, k, v, sink, b, idx, out, lse, flags)
-
-    def bwd(res, cts):
-        q, k, v, sink, b, idx, out, lse, (sink_flag, bias_flag) = res
-        dout = cotangent(cts[0], out).astype(out.dtype)
-        dlse = None if isinstance(cts[1], SymbolicZero) else cts[1]
-        needs = (sink_flag is not None, bias_flag is not None)
-        grads = foldable(lambda groups: functools.partial(_backward, options, *needs, groups), _layout)
-        dq, dk, dv, dsink, db = grads(q, k, v, sink, b, idx, out, lse, dout, dlse)
-        return dq, dk, dv, dsink, db, _float0_like(idx)
-
-    op.defvjp(fwd, bwd, symbolic_zeros=True)
-    return op
-
-
-def _sink_grad_per_element(sink, lse, delta, groups):
-    """The sinks' gradient of each of ``groups`` folded elements, ``[groups,
-    *sink.shape]`` (the sinks' shape for ``groups == 1``): the elements as
-    more heads (``lse [groups * B, HQ, T] -> [B, groups * HQ, T]``, the
-    sinks repeated), one launch, each head summed as one element alone
-    sums it (same bits)."""
-    if groups == 1:
-        return sink_grad(sink, lse, delta)
-    heads = jnp.broadcast_to(sink, (groups, *sink.shape)).reshape(groups * sink.shape[0], *sink.shape[1:])
-    d = sink_grad(heads, side_by_side(lse, groups, 1), side_by_side(delta, groups, 1))
-    return d.reshape(groups, *sink.shape)
-
-
-def _shared_dbias(options, groups, q, k, v, sink, b, idx, dout, lse, delta):
-    """The gradient of a shared bias (batch 1, not vmapped) per folded
-    element, ``[groups, *b.shape]``.  The bias-gradient kernel sums over the
-    whole batch it is given and reads a bias of batch 1 or ``B`` only, so
-    each element gets its own launch (``vmap`` of the unfolded launch)."""
-    major = {n: a for n, a in idx.items() if a.ndim == 2}
-    shared = {n: a for n, a in idx.items() if a.ndim != 2}
-
-    def one(q, k, v, dout, lse, delta, major):
-        plans = _plans_for(options, q, k, v, sink, b, {**shared, **major})
-        inputs = {"q": q, "k": k, "v": v, "do": dout, "lse": lse, "delta": delta, "bias": b}
-        inputs.update(shared, **major)
-        return launch(plans.dbias(info(dout)), inputs)[0]
-
-    parts = (q, k, v, dout, lse, delta, major)
-    return jax.vmap(one)(*jax.tree.map(lambda x: unfold(x, groups), parts))
-
-
-def sink_grad(sink, lse, delta):
-    """The sinks' gradient (core_triton.attention.softmax_parts)."""
-    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
-    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta})[0]
 
 
 def _segment_ranges(q_ids, kv_ids):
@@ -309,31 +93,12 @@ def flash_attention(
         "q_positions": q_positions,
         "kv_positions": kv_positions,
     }
-    index, launches = packed.prepare(
-        info(query, "query"),
-        info(key, "key"),
-        info(cu_seqlens, "cu_seqlens"),
-        info(cu_seqlens_k, "cu_seqlens_k"),
-        {n: info(a, n) for n, a in given.items()},
-    )
-    plans, return_lse = core.plans(
-        info(query),
-        info(key),
-        info(value, "value"),
-        index["q_segment_ids"],
-        index["kv_segment_ids"],
-        info(softmax_aux, "softmax_aux"),
-        info(bias, "bias"),
-        sliding_window,
-        causal,
-        logits_soft_cap,
-        softmax_scale,
-        index["q_positions"],
-        index["kv_positions"],
-        return_lse,
-        q_key_range=index.get("q_key_range"),
-        kv_query_range=index.get("kv_query_range"),
-    )
+    plans, return_lse, index, launches = flash_call.call_plans(
+        info(query, "query"), info(key, "key"), info(value, "value"), info(cu_seqlens, "cu_seqlens"),
+        info(cu_seqlens_k, "cu_seqlens_k"), {n: info(a, n) for n, a in given.items()},
+        info(softmax_aux, "softmax_aux"), info(bias, "bias"), sliding_window, causal, logits_soft_cap,
+        softmax_scale, return_lse,
+    )  # fmt: skip
     made = {}
     if launches and cu_seqlens is None:
         # Segment ids' ranges, made on the device (the ids may be traced).
@@ -351,6 +116,6 @@ def flash_attention(
         given.update((n, made.pop(n, None)) for n in given)
     idx = index_inputs(plans, *given.values(), (query.shape[1], key.shape[1]))
     idx.update(made)  # the packed ranges
-    options = _options(sliding_window, causal, logits_soft_cap, softmax_scale)
+    options = call_options(sliding_window, causal, logits_soft_cap, softmax_scale)
     out, lse = attention_call(options, query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

@@ -9,7 +9,7 @@ from torch_api.gated_delta_rule import gated_delta_rule
 from torch_api.gated_delta_rule_step import gated_delta_rule_step
 from torch_api.lightning_attn import lightning_attn
 from torch_api.recurrent import recurrent
-from torch_api.ring_attention import ring_attention, zigzag_reorder, zigzag_restore
+from torch_api.ring_attention import ring_attention
 from torch_api.utils import (
     cdiv,
     check_cu_seqlens,
@@ -23,6 +23,7 @@ from torch_api.utils import (
     prepare_sequence_ids,
     prepare_token_indices,
 )
+from torch_api.zigzag import zigzag_reorder, zigzag_restore
 
 __all__ = [
     "cdiv",

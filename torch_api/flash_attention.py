@@ -1,5 +1,6 @@
 """``flash_attention`` for PyTorch (semantics: core_triton.attention.flash);
-the op ``twinkernels::flash_attention``.
+the op ``twinkernels::flash_attention`` (its plans and launch inputs:
+torch_api._flash).
 
 The forward is one launch; the backward runs the preprocess, dK/dV and dQ
 launches, and the bias-gradient launch only when autograd says the bias
@@ -13,166 +14,39 @@ from __future__ import annotations
 import torch
 
 from core_triton.attention import flash as core
-from core_triton.attention import packed, softmax_parts
+from core_triton.attention import flash_call
 from core_triton.common.checks import check_bool
-from core_triton.common.launch import run_named, run_steps
-from torch_api._launch import device_constant, info, launch
-from torch_api._library import Impl, Param, TorchOp, fake_info
+from core_triton.common.launch import run_steps
+from torch_api._attention import fake_backward, sink_grad
+from torch_api._flash import OP_PARAMS, call_plans, grad_plans, prepare
+from torch_api._launch import info, launch
+from torch_api._library import Impl, TorchOp, fake_info
 
-# The op's arguments (ring_attention's start with them).
-PARAMS = (
-    Param("query", "Tensor"),
-    Param("key", "Tensor"),
-    Param("value", "Tensor"),
-    Param("q_segment_ids", "Tensor?"),
-    Param("kv_segment_ids", "Tensor?"),
-    Param("softmax_aux", "Tensor?"),
-    Param("bias", "Tensor?"),
-    Param("sliding_window", "int[]?"),
-    Param("causal", "bool"),
-    Param("logits_soft_cap", "float?"),
-    Param("softmax_scale", "float?"),
-    Param("q_positions", "Tensor?"),
-    Param("kv_positions", "Tensor?"),
-)
-_INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
-# The op's own arguments: packed input's boundaries after the shared ones.
-_OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Tensor?"))
-
-
-def _plans(a, info_of):
-    """``(plans, index, launches)``: the attention's plans, the infos of the
-    index arrays it reads and the launches packed input makes them with
-    (core_triton.attention.packed.prepare)."""
-    q, k = info_of(a["query"]), info_of(a["key"])
-    index, launches = packed.prepare(
-        q, k, info_of(a["cu_seqlens"]), info_of(a["cu_seqlens_k"]), {n: info_of(a[n]) for n in _INDEX}
-    )
-    plans, _ = core.plans(
-        q,
-        k,
-        info_of(a["value"]),
-        index["q_segment_ids"],
-        index["kv_segment_ids"],
-        info_of(a["softmax_aux"]),
-        info_of(a["bias"]),
-        a["sliding_window"],
-        a["causal"],
-        a["logits_soft_cap"],
-        a["softmax_scale"],
-        index["q_positions"],
-        index["kv_positions"],
-        q_key_range=index.get("q_key_range"),
-        kv_query_range=index.get("kv_query_range"),
-    )
-    return plans, index, launches
-
-
-_NAMES = tuple(p.name for p in _OP_PARAMS)
-_TENSORS = tuple(p.name for p in _OP_PARAMS if p.is_tensor)
-# Eager calls repeat the same shapes: each distinct call signature's plans
-# and constant index inputs are kept (a call's host time is most of the
-# work at small sizes; see torch_api._launch's fast path).
-_MEMO_LIMIT = 256
-_memo: dict = {}
-
-
-def _signature(a):
-    """What the plans depend on: each tensor's layout, every option, and
-    core's plan generation (a test may switch the kernels core plans)."""
-    return core.GENERATION, *(
-        (v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else v
-        for v in map(a.get, _NAMES)
-    )
-
-
-def _prepare(a):
-    """Plans and launch inputs (index arrays and sinks read with unit stride;
-    packed input's segment ids and positions made from its boundaries,
-    segment ids' ranges from the ids)."""
-    try:
-        key = _signature(a)
-        plans, constants, ids = _memo[key]
-    except TypeError:  # an unhashable option (a list under the custom op): plan it
-        plans, constants, ids = _plan_call(a)
-    except KeyError:
-        plans, constants, ids = _memo[key] = _plan_call(a)
-        if len(_memo) > _MEMO_LIMIT:
-            _memo.clear()
-    inputs = {"q": a["query"], "k": a["key"], "v": a["value"], **constants}
-    for name in _INDEX:
-        if a[name] is not None:
-            inputs[name] = a[name].detach().contiguous()
-    if ids:
-        # Packed input's index arrays from its boundaries, or segment ids'
-        # ranges from the ids (core_triton.attention.packed.prepare).
-        sources = dict(inputs)
-        if a["cu_seqlens"] is not None:
-            sources["cu_q"] = a["cu_seqlens"].detach()
-            sources["cu_k"] = sources["cu_q"] if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
-        made = run_named(ids, sources, launch)
-        inputs.update((n, made[n]) for plan in ids for n in plan.output_names)
-    if a["softmax_aux"] is not None:
-        inputs["softmax_aux"] = a["softmax_aux"].contiguous()
-    if a["bias"] is not None:
-        inputs["bias"] = a["bias"]
-    return plans, inputs
-
-
-def _plan_call(a):
-    """A call's plans, its constant index inputs (piece offsets, the
-    positions a call leaves out) and the launches that make its index
-    arrays (packed input, segment ids; else none)."""
-    # Planned as launched: index arrays and sinks with unit stride.
-    a = {n: (_contiguous(v) if n in (*_INDEX, "softmax_aux") else v) for n, v in a.items()}
-    plans, index, ids = _plans(a, info)
-    q = a["query"]
-    has = (index["q_positions"] is not None, index["kv_positions"] is not None)
-    return plans, constant_inputs(plans, *has, (q.shape[1], a["key"].shape[1]), q.device), ids
+_TENSORS = tuple(p.name for p in OP_PARAMS if p.is_tensor)
 
 
 def _forward(a):
-    plans, inputs = _prepare(a)
+    plans, inputs = prepare(a)
     out, lse = run_steps(plans.forward, inputs, launch)
     return (out, lse), [], (plans, inputs)
 
 
-_grad_memo: dict = {}
-
-
-def _grad_plans(plans, out, dout):
-    """The backward's plans (preprocess, dK/dV, dQ) for a cotangent's layout."""
-    key = (id(plans), dout.shape, dout.stride(), dout.dtype, out.stride())
-    found = _grad_memo.get(key)
-    if found is None or found[0] is not plans:
-        found = (plans, plans.preprocess(info(out), info(dout)), *plans.grads(info(dout)))
-        if len(_grad_memo) >= _MEMO_LIMIT:
-            _grad_memo.clear()
-        _grad_memo[key] = found
-    return found[1:]
-
-
 def _backward(a, outputs, extras, cotangents, needs, state):
-    plans, inputs = _prepare(a) if state is None else state
+    plans, inputs = prepare(a) if state is None else state
     out, lse = outputs
     dout, dlse = cotangents
     dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)
-    pre_plan, dkdv_plan, dq_plan = _grad_plans(plans, out, dout)
-    (delta,) = launch(pre_plan, {"o": out, "do": dout})
-    # An unused lse (the usual case) arrives as None: nothing to subtract.
-    if dlse is not None:
-        delta = delta - dlse.float()
-    inputs = {**inputs, "do": dout, "lse": lse, "delta": delta}
-    dk, dv = run_steps(dkdv_plan, inputs, launch)
-    (dq,) = run_steps(dq_plan, inputs, launch)
     need = dict(zip(_TENSORS, needs, strict=True))
+    steps = (*grad_plans(plans, out, dout), plans.dbias(info(dout)) if need["bias"] else None)
+    dq, dk, dv, db, delta = flash_call.gradients(launch, _cast, steps, inputs, out, lse, dout, dlse)
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
-    # Bias shape and dtype, reduced over broadcast dims inside the launch;
-    # nothing is launched or allocated when the bias needs no gradient.
-    db = launch(plans.dbias(info(dout)), inputs)[0] if need["bias"] else None
     grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
     return tuple(map(grads.get, _TENSORS))
+
+
+def _cast(x, dtype):
+    return x.to(dtype)
 
 
 def _empty(spec, device):
@@ -180,65 +54,14 @@ def _empty(spec, device):
 
 
 def _fake_forward(a):
-    plans, _, _ = _plans(a, fake_info)
+    plans, _, _ = call_plans(a, fake_info)
     device = a["query"].device
     return tuple(_empty(spec, device) for spec in plans.forward[-1].outputs), []
 
 
-def _fake_backward(a, outputs, extras, cotangents, needs):
-    _plans(a, fake_info)
-    need = dict(zip(_TENSORS, needs, strict=True))
-
-    def like(name):
-        t = a[name]
-        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
-
-    grads = {n: like(n) for n in ("query", "key", "value")}
-    for n in ("softmax_aux", "bias"):
-        if need[n] and a[n] is not None:
-            grads[n] = like(n)
-    return tuple(map(grads.get, _TENSORS))
-
-
-_OP = TorchOp("flash_attention", _OP_PARAMS, 2, Impl(_forward, _backward, _fake_forward, _fake_backward))
-
-
-def sink_grad(sink, lse, delta):
-    """The sinks' gradient (core_triton.attention.softmax_parts)."""
-    plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))
-    return launch(plan, {"softmax_aux": sink, "lse": lse, "delta": delta.contiguous()})[0]
-
-
-def index_inputs(plans, q_segment_ids, kv_segment_ids, q_positions, kv_positions, lengths, device):
-    """The index inputs of ``plans`` (see jax_api.flash_attention.index_inputs)."""
-    idx = constant_inputs(plans, q_positions is not None, kv_positions is not None, lengths, device)
-    for name, value in (
-        ("q_segment_ids", q_segment_ids),
-        ("kv_segment_ids", kv_segment_ids),
-        ("q_positions", q_positions),
-        ("kv_positions", kv_positions),
-    ):
-        if value is not None:
-            idx[name] = value.detach().contiguous()
-    return idx
-
-
-def constant_inputs(plans, has_q_positions, has_kv_positions, lengths, device):
-    """The index inputs that do not come from the call: the pieces' offsets
-    and ``arange`` positions for the side that gives none when the other does."""
-    device = torch.device(device)
-    idx = {
-        "qoff": device_constant(tuple(plans.qoff), torch.int32, device),
-        "koff": device_constant(tuple(plans.koff), torch.int32, device),
-    }
-    given = (True if has_q_positions else None, True if has_kv_positions else None)
-    for name, n in core.missing_positions(*lengths, *given).items():
-        idx[name] = device_constant(tuple(range(n)), torch.int32, device)
-    return idx
-
-
-def _contiguous(t):
-    return None if t is None else t.contiguous()
+_OP = TorchOp(
+    "flash_attention", OP_PARAMS, 2, Impl(_forward, _backward, _fake_forward, fake_backward(_TENSORS))
+)
 
 
 def flash_attention(

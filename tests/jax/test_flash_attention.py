@@ -55,7 +55,8 @@ class TestJaxFlashAttention(FlashAttentionSuite):
         case = make_case(np.random.default_rng(17), B=2, Tq=30, Tk=41, bias="1H", sink="1d")
         arr = {n: jnp.asarray(case[n], jnp.float32) for n in case}
         w = np.random.default_rng(18).standard_normal((2, 30, 4, 16))
-        mod = importlib.import_module("jax_api.flash_attention")
+        # The module that launches the op's forward and backward.
+        mod = importlib.import_module("jax_api._flash")
         real, traced = mod.launch, []
 
         def spy(plan, inputs):

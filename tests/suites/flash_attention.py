@@ -57,15 +57,17 @@ def ws_forward_on(fw, configs: dict | None = None):
 
 
 def spy_launches(fw, monkeypatch) -> list:
-    """Record every plan the binding's flash_attention module launches."""
-    mod = importlib.import_module(f"{fw.name}_api.flash_attention")
-    seen, real = [], mod.launch
+    """Record every plan the binding's flash_attention launches (its modules,
+    and the sinks' gradient in the module it shares with ring_attention)."""
+    seen = []
+    for name in ("flash_attention", "_flash", "_attention"):
+        mod = importlib.import_module(f"{fw.name}_api.{name}")
 
-    def spy(plan, inputs):
-        seen.append(plan)
-        return real(plan, inputs)
+        def spy(plan, inputs, real=mod.launch):
+            seen.append(plan)
+            return real(plan, inputs)
 
-    monkeypatch.setattr(mod, "launch", spy)
+        monkeypatch.setattr(mod, "launch", spy)
     return seen
 
 

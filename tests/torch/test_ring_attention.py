@@ -76,7 +76,7 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
     timeout = datetime.timedelta(minutes=4)
     torch.distributed.init_process_group(backend, rank=rank, world_size=n, timeout=timeout)
     import torch_api
-    from torch_api.ring_attention import zigzag_reorder, zigzag_restore
+    from torch_api.zigzag import zigzag_reorder, zigzag_restore
 
     # The module (the package's attribute of that name is the function).
     ring_module = importlib.import_module("torch_api.ring_attention")
@@ -96,7 +96,8 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
 
     ring_module.launch = spy
     # Every transfer's (shift, what), to see how far the shards go.
-    sent, real_start, real_wait = [], ring_module._Ring.start, ring_module._Ring.wait
+    ring_class = importlib.import_module("torch_api._ring").Ring
+    sent, real_start, real_wait = [], ring_class.start, ring_class.wait
 
     class Requests(list):
         pass
@@ -108,12 +109,13 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
         events.append(("start", tuple(sorted(tensors)), reqs))
         return recv, reqs
 
-    def wait_spy(reqs):
-        events.append(("wait", reqs))
-        return real_wait(reqs)
+    def wait_spy(self, handle):
+        if handle is not None:
+            events.append(("wait", handle[1]))
+        return real_wait(self, handle)
 
-    ring_module._Ring.start = start_spy
-    ring_module._Ring.wait = staticmethod(wait_spy)
+    ring_class.start = start_spy
+    ring_class.wait = wait_spy
     try:
         for ci, (zigzag, opts, extras) in enumerate(cases):
             g = torch.Generator().manual_seed(ci)

@@ -1,0 +1,78 @@
+"""What a binding's ``flash_attention`` call does, written once: its
+planning (packed input and segment ids: core_triton.attention.packed.prepare;
+then the attention: core_triton.attention.flash.plans) and the order of
+its backward's launches (also the start of the ring's backward).  A
+binding gives ``launch(plan, inputs) -> outputs`` and ``cast(x, dtype)``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from core_triton.attention import flash, packed
+from core_triton.common.launch import LaunchPlan, TensorInfo, run_steps
+
+
+def call_plans(
+    query: TensorInfo,
+    key: TensorInfo,
+    value: TensorInfo,
+    cu_seqlens: TensorInfo | None,
+    cu_seqlens_k: TensorInfo | None,
+    index: dict[str, TensorInfo | None],
+    softmax_aux: TensorInfo | None,
+    bias: TensorInfo | None,
+    sliding_window,
+    causal,
+    logits_soft_cap,
+    softmax_scale,
+    return_lse=False,
+) -> tuple[flash.AttentionPlans, bool, dict[str, TensorInfo | None], tuple[LaunchPlan, ...]]:
+    """``(plans, return_lse, index, launches)``: the attention's plans, the
+    infos of the index arrays they read (by name: segment ids, positions,
+    ``q_key_range``, ``kv_query_range``) and the launches that make them
+    (from the ids' names, or from ``cu_q`` and ``cu_k`` for packed input;
+    none when the call gives what the plans read).  ``index``: the infos of
+    the call's segment ids and positions by name."""
+    index, launches = packed.prepare(query, key, cu_seqlens, cu_seqlens_k, index)
+    plans, return_lse = flash.plans(
+        query,
+        key,
+        value,
+        index["q_segment_ids"],
+        index["kv_segment_ids"],
+        softmax_aux,
+        bias,
+        sliding_window,
+        causal,
+        logits_soft_cap,
+        softmax_scale,
+        index["q_positions"],
+        index["kv_positions"],
+        return_lse,
+        q_key_range=index.get("q_key_range"),
+        kv_query_range=index.get("kv_query_range"),
+    )
+    return plans, return_lse, index, launches
+
+
+def delta(launch: Callable, cast: Callable, preprocess: LaunchPlan, out, dout, dlse):
+    """The backward's ``delta [B, HQ, Tq]`` float32 (``rowsum(out * dout)``,
+    the preprocess launch), less the ``lse`` cotangent ``dlse`` unless it is
+    None (an unused ``lse``, the usual case: nothing to subtract)."""
+    (d,) = launch(preprocess, {"o": out, "do": dout})
+    return d if dlse is None else d - cast(dlse, d.dtype)
+
+
+def gradients(launch: Callable, cast: Callable, steps: tuple, inputs: dict, out, lse, dout, dlse):
+    """``(dq, dk, dv, dbias, delta)``: the attention's backward on the
+    forward's ``inputs`` (by the plans' names).  ``steps``: the preprocess,
+    dK/dV, dQ and bias-gradient plans, the last None when the bias needs no
+    gradient (nothing is launched or allocated for it then; else the bias's
+    shape and dtype, reduced over broadcast dims inside the launch)."""
+    preprocess, dkdv_plan, dq_plan, dbias_plan = steps
+    d = delta(launch, cast, preprocess, out, dout, dlse)
+    inputs = {**inputs, "do": dout, "lse": lse, "delta": d}
+    dk, dv = run_steps(dkdv_plan, inputs, launch)
+    (dq,) = run_steps(dq_plan, inputs, launch)
+    db = None if dbias_plan is None else launch(dbias_plan, inputs)[0]
+    return dq, dk, dv, db, d
