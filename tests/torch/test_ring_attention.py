@@ -3,6 +3,7 @@ the gathered sequence, forward and gradients, for ring sizes 1, 2, 4, 8,
 contiguous and zig-zag layouts; shards of several key blocks whose segment
 ids leave ring steps (and whole query rows) with no allowed key."""
 
+import contextlib
 import datetime
 import importlib
 import os
@@ -232,12 +233,33 @@ def _worker(rank, n, port, cases, errors, backend="gloo"):
         torch.distributed.destroy_process_group()
 
 
+@contextlib.contextmanager
+def _interpreted_children(on: bool = True):
+    """Spawned ranks that import Triton's kernels interpreted.  A spawned
+    process imports this module (core_triton with it) before the worker
+    runs, so a worker that set TRITON_INTERPRET itself got compiled helpers
+    called from interpreted kernels on a GPU machine ("Cannot call
+    @triton.jit'd outside of the scope of a kernel"); the children inherit
+    the parent's environment as it is when they start."""
+    before = os.environ.get("TRITON_INTERPRET")
+    if on:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
 def _run_ring(n, cases, backend):
     ctx = mp.get_context("spawn")
     errors = ctx.Queue()
-    mp.start_processes(
-        _worker, args=(n, _free_port(), cases, errors, backend), nprocs=n, join=True, start_method="spawn"
-    )
+    with _interpreted_children(backend == "gloo"):
+        mp.start_processes(
+            _worker, args=(n, _free_port(), cases, errors, backend), nprocs=n, join=True, start_method="spawn"
+        )
     found = []
     while not errors.empty():
         found.append(errors.get())
@@ -330,9 +352,10 @@ def test_ring_compiles_fullgraph():
     n = 2
     ctx = mp.get_context("spawn")
     errors = ctx.Queue()
-    mp.start_processes(
-        _compile_worker, args=(n, _free_port(), errors), nprocs=n, join=True, start_method="spawn"
-    )
+    with _interpreted_children():
+        mp.start_processes(
+            _compile_worker, args=(n, _free_port(), errors), nprocs=n, join=True, start_method="spawn"
+        )
     found = []
     while not errors.empty():
         found.append(errors.get())
