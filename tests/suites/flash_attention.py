@@ -573,9 +573,11 @@ class FlashAttentionSuite(KernelLevelCases):
     def test_ws_forward_three_stages_miscompile(self, D):
         """Pinned: the warp-specialised forward with three pipeline stages
         (BN 64) returns NaN on the H100 with Triton 3.6 (an expected
-        failure).  When a Triton upgrade fixes it this test fails with a
-        note to measure three stages again (flash_tma_plans.WS_CONFIGS);
-        a finite wrong answer fails as a wrong answer."""
+        failure), in most runs, not all (one in the eighteenth session's
+        came out right: a race), so it is run up to four times.  When a
+        Triton upgrade fixes it this test fails with a note to measure
+        three stages again (flash_tma_plans.WS_CONFIGS); a finite wrong
+        answer fails as a wrong answer."""
         from core_triton.common.runtime import cuda_capability
 
         if interpreter_requested() or cuda_capability() != 90:
@@ -584,9 +586,10 @@ class FlashAttentionSuite(KernelLevelCases):
         with ws_forward_on(fw, {D: (128, 64, 4, 3)}):
             c = make_case(np.random.default_rng(25), Tq=1000, Tk=1000, HQ=4, H=2, D=D)
             q, k, v = (fw.array(c[n], "bfloat16") for n in ("query", "key", "value"))
-            out = fw.numpy(fw.api.flash_attention(q, k, v, causal=True))
-        if np.isnan(out).any():
-            pytest.xfail("Triton 3.6 miscompiles the warp-specialised loop at 3 stages (NaN)")
+            for _ in range(4):
+                out = fw.numpy(fw.api.flash_attention(q, k, v, causal=True))
+                if np.isnan(out).any():
+                    pytest.xfail("Triton 3.6 miscompiles the warp-specialised loop at 3 stages (NaN)")
         seen = {n: fw.numpy(fw.array(c[n], "bfloat16")) for n in ("query", "key", "value")}
         assert_close(out, attention_ref(**seen, causal=True)["out"], "bfloat16")
         pytest.fail("3 stages now compile right: measure them again (flash_tma_plans.WS_CONFIGS)")
