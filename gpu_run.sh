@@ -11,9 +11,7 @@
 #   PART=all    both (the default; more than one 10-minute device call);
 #   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
 #   PART=compare   before/after timings against the tree in .before;
-#   PART=tma       bench/probes/flash_tma.py (issue 15's tensor-descriptor kernels);
 #   PART=host      bench/probes/host_overhead.py and jaxlib's Triton kernel API;
-#   PART=issue15   both of the last two;
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py).
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
@@ -87,12 +85,7 @@ if [ "$part" = sanitize ]; then
     echo "exit ${PIPESTATUS[0]}"
   done 2>&1 | tee "$out/sanitize.log"
 fi
-if [ "$part" = tma ] || [ "$part" = issue15 ]; then
-  # The tensor-descriptor flash kernels (issue 15): their configs beside
-  # today's kernels, SDPA cuDNN and FA2 (TMA_ARGS: "fwd", "fwd+bwd", lengths).
-  TWINKERNELS_BENCH_DIR="$out" timeout "${TMA_TIMEOUT:-400}" python3 -m bench.probes.flash_tma ${TMA_ARGS:-} 2>&1 | tee "$out/flash_tma.log"
-fi
-if [ "$part" = host ] || [ "$part" = issue15 ]; then
+if [ "$part" = host ]; then
   # Where an eager call's host time goes (issue 13), and whether this jaxlib
   # can give Triton kernels global scratch (what the JAX binding needs for the
   # tensor-descriptor kernels): the constructor jax-triton calls.

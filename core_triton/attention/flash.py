@@ -38,7 +38,7 @@ single-device op uses one piece with offset 0, the ring passes its own.
 Beside it: the argument checks and :class:`Options` (flash_options.py), the
 tile configs and stride hints (flash_configs.py), the gradient launches'
 plans (flash_bwd_plans.py: this module plans the forward and hands them
-what it worked out), and the opt-in tensor-descriptor kernels' plans
+what it worked out), and the warp-specialised forward's plan
 (flash_tma_plans.py).
 """
 
@@ -70,19 +70,12 @@ from core_triton.attention.flash_options import (  # noqa: F401 (the op's public
     validate,
     window_pair,
 )
-from core_triton.attention.flash_tma_plans import tma_forward, ws_forward
+from core_triton.attention.flash_tma_plans import ws_forward
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import cached_checks, cdiv, next_power_of_2
 
-# ---- the tensor-descriptor switches -------------------------------------
-
-
-def set_tma_forward(enabled: bool, configs: dict | None = None) -> None:
-    """Turn the tensor-descriptor forward on or off (and set its configs);
-    plans made before are dropped, so the next call plans again."""
-    flash_tma_plans.TMA_FORWARD = bool(enabled)
-    _replan(flash_tma_plans.TMA_CONFIGS, configs)
+# ---- the warp-specialised forward's switch --------------------------------
 
 
 def set_ws_forward(mode: str, configs: dict | None = None) -> None:
@@ -92,12 +85,6 @@ def set_ws_forward(mode: str, configs: dict | None = None) -> None:
         raise ValueError(f"mode must be 'auto', 'on' or 'off', got {mode!r}")
     flash_tma_plans.WS_FORWARD = mode
     _replan(flash_tma_plans.WS_CONFIGS, configs)
-
-
-def set_tma_backward(enabled: bool, configs: dict | None = None) -> None:
-    """The same for the tensor-descriptor backward."""
-    flash_tma_plans.TMA_BACKWARD = bool(enabled)
-    _replan(flash_tma_plans.TMA_BWD_CONFIGS, configs)
 
 
 # Counts replans: a binding that keeps plans per call signature (the torch
@@ -349,9 +336,7 @@ def attention_plans(
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
     plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
-    special = tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink) or ws_forward(
-        q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink
-    )
+    special = ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
     if special:
         forward = (special,)
     elif ranged:
@@ -375,7 +360,7 @@ def attention_plans(
         In("bias") if bias is not None else In("q"),
         *scalars,
     )
-    shared = GradShared(q, k, v, bias, opts, common, grad_params, aux_strides, plain, grad_dtype, config,
+    shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
                         kernel_and_grid, gated_pair if ranged else None)  # fmt: skip
     preprocess, grads, dbias = backward_plans(shared)
     return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))

@@ -6,8 +6,7 @@ plan worked out (:class:`GradShared`).
   HQ, Tq]`` float32 (the rows' ``sum(o * do)``);
 * ``grads(do)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a program per
   key block) and ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), each
-  a tuple of launches (a gated pair with segment ranges, flash.gated_pair),
-  or the opt-in tensor-descriptor kernels (flash_tma_plans.py);
+  a tuple of launches (a gated pair with segment ranges, flash.gated_pair);
 * ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
   shape and dtype, None without a bias.
 """
@@ -23,8 +22,6 @@ from core_triton.attention.flash_bwd import (
     flash_bwd_preprocess_kernel,
 )
 from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, bh_strides, div16_bits
-from core_triton.attention.flash_options import Options
-from core_triton.attention.flash_tma_plans import tma_grads
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import cdiv, next_power_of_2
@@ -48,10 +45,9 @@ _DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
 @dataclass(frozen=True, eq=False)
 class GradShared:
     """What the gradient launches take from the forward's plan: the inputs'
-    layouts, the options, the constexprs every kernel shares (``common``),
+    layouts, the constexprs every kernel shares (``common``),
     the inputs and scalars of every gradient launch in kernel order
-    (``grad_params``), the optional inputs' strides (``aux_strides``),
-    whether the tensor-descriptor kernels may take it (``plain``), the
+    (``grad_params``), the optional inputs' strides (``aux_strides``), the
     gradients' dtype (None: the inputs'), and the tile choice
     (``config(kind, table)`` -> ``(BM, BN, num_warps, num_stages)`` or None
     to autotune; ``kernel_and_grid(kind, table, rows, programs)``), and
@@ -62,11 +58,9 @@ class GradShared:
     k: TensorInfo
     v: TensorInfo
     bias: TensorInfo | None
-    opts: Options
     common: dict
     grad_params: tuple
     aux_strides: tuple
-    plain: bool
     grad_dtype: str | None
     config: Callable
     kernel_and_grid: Callable
@@ -76,14 +70,9 @@ class GradShared:
 def backward_plans(shared: GradShared):
     """``(preprocess, grads, dbias)``: functions of the output's and
     cotangent's layouts that return the launches (cached per layout)."""
-    q, k, v, bias, opts = shared.q, shared.k, shared.v, shared.bias, shared.opts
+    q, k, v, bias = shared.q, shared.k, shared.v, shared.bias
     common, grad_params, aux_strides = shared.common, shared.grad_params, shared.aux_strides
-    plain, grad_dtype, config, kernel_and_grid = (
-        shared.plain,
-        shared.grad_dtype,
-        shared.config,
-        shared.kernel_and_grid,
-    )
+    grad_dtype, config, kernel_and_grid = shared.grad_dtype, shared.config, shared.kernel_and_grid
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     DV = v.shape[3]
@@ -107,9 +96,6 @@ def backward_plans(shared: GradShared):
 
     @functools.lru_cache(maxsize=8)
     def grads(do: TensorInfo) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
-        tma = tma_grads(q, k, v, do, opts, plain, grad_dtype)
-        if tma is not None:
-            return (tma[0],), (tma[1],)
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])

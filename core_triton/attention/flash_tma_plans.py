@@ -1,35 +1,20 @@
-"""The tensor-descriptor flash kernels: the warp-specialised forward for
-Hopper (flash_fwd_ws.py; on by default on sm_90 GPUs), and the opt-in
-kernels of issue 15 (flash_fwd_tma.py, flash_bwd_tma.py): their switches,
-configs and launches.  core_triton.attention.flash takes them where they
-apply (``flash.set_ws_forward``, ``set_tma_forward``, ``set_tma_backward``)."""
+"""The tensor-descriptor flash kernel: the warp-specialised forward for
+Hopper (flash_fwd_ws.py; on by default on sm_90 GPUs), its switch, configs
+and launch.  core_triton.attention.flash takes it where it applies
+(``flash.set_ws_forward``).  The opt-in descriptor kernels of issue 15
+(a forward and a backward that reached no target) were deleted; git
+history has them (flash_fwd_tma.py, flash_bwd_tma.py, before commit
+"Delete the opt-in tensor-descriptor flash kernels")."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 
-from core_triton.attention.flash_bwd_tma import flash_bwd_dkdv_tma_kernel, flash_bwd_dq_tma_kernel
-from core_triton.attention.flash_fwd_tma import flash_fwd_tma_kernel
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import cuda_capability, interpreter_requested
 from core_triton.common.utils import cdiv, next_power_of_2
-
-# flash_fwd_tma_kernel for the plain and causal forward, when TMA_FORWARD is
-# set (TWINKERNELS_FLASH_TMA=1 before import, or set_tma_forward): a candidate
-# for Hopper, not the default until the H100 measures it.  (BM, BN,
-# num_warps, num_stages) per head dim; the interpreter runs small blocks.
-TMA_FORWARD = os.environ.get("TWINKERNELS_FLASH_TMA", "0") == "1"
-TMA_CONFIGS = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3)}
-_TMA_INTERPRETED = (32, 16, 4, 1)
-# The backward kernels of flash_bwd_tma likewise (TWINKERNELS_FLASH_TMA_BWD=1,
-# or set_tma_backward): ((BM, BN, warps, stages) of dK/dV, the same of dQ).
-# dK/dV walks query blocks of BM for a key block of BN (BN a multiple of BM);
-# dQ the other way round.
-TMA_BACKWARD = os.environ.get("TWINKERNELS_FLASH_TMA_BWD", "0") == "1"
-TMA_BWD_CONFIGS = {64: ((64, 128, 8, 2), (128, 64, 8, 2)), 128: ((64, 128, 8, 2), (128, 64, 8, 2))}
-_TMA_BWD_INTERPRETED = ((16, 32, 4, 1), (32, 16, 4, 1))
 
 
 def _row_major(info: TensorInfo) -> bool:
@@ -65,7 +50,7 @@ def _ws_wanted(Tq: int, Tk: int) -> bool:
 
 
 def _tma_applies(q, k, v, opts, plain, out_dtype, configs: dict) -> bool:
-    """What every tensor-descriptor path takes (core_triton.attention.flash_fwd_tma),
+    """What the descriptor kernel takes (core_triton.attention.flash_fwd_ws),
     at the head dims ``configs`` has tiles for."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
@@ -87,9 +72,9 @@ def _tma_applies(q, k, v, opts, plain, out_dtype, configs: dict) -> bool:
 
 
 def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride, **consts) -> LaunchPlan:
-    """A forward launch of one of the descriptor kernels (same parameters:
-    ``q, k, v``, the sinks or a placeholder, scale, sizes, sink count and
-    stride; outputs ``out, lse``); ``config`` is (BM, BN, warps, stages)."""
+    """A forward launch of the descriptor kernel (parameters ``q, k, v``,
+    the sinks or a placeholder, scale, sizes, sink count and stride;
+    outputs ``out, lse``); ``config`` is (BM, BN, warps, stages)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     bm, bn, w, s = config
@@ -126,17 +111,6 @@ def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride
     )
 
 
-def tma_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride) -> LaunchPlan | None:
-    """The forward through flash_fwd_tma_kernel, or None where it does not
-    apply (see core_triton.attention.flash_fwd_tma)."""
-    if not (TMA_FORWARD and _tma_applies(q, k, v, opts, plain, out_dtype, TMA_CONFIGS)):
-        return None
-    config = _TMA_INTERPRETED if interpreter_requested() else TMA_CONFIGS[q.shape[3]]
-    return _descriptor_forward(
-        flash_fwd_tma_kernel, config, q, k, v, opts, sink, n_sink, sink_stride, DOT_PREC="tf32"
-    )
-
-
 def ws_forward(
     q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
 ) -> LaunchPlan | None:
@@ -158,43 +132,3 @@ def ws_forward(
         params=(*plan.params[:4], In(gate_range or "q"), *plan.params[4:]),
         constexprs={**plan.constexprs, "GATE": 1 if gate_range else 0},
     )
-
-
-def tma_grads(q, k, v, do, opts, plain, grad_dtype) -> tuple[LaunchPlan, LaunchPlan] | None:
-    """The dK/dV and dQ launches of flash_bwd_tma, or None where they do not
-    apply (their inputs: ``q, k, v, do, lse, delta``)."""
-    if not (
-        TMA_BACKWARD
-        and _tma_applies(q, k, v, opts, plain, grad_dtype, TMA_CONFIGS)
-        and do.dtype == q.dtype
-        and do.shape == q.shape
-        and _row_major(do)
-    ):
-        return None
-    B, Tq, HQ, D = q.shape
-    _, Tk, H, _ = k.shape
-    configs = _TMA_BWD_INTERPRETED if interpreter_requested() else TMA_BWD_CONFIGS[D]
-    (bm, bn, w, s), (bm2, bn2, w2, s2) = configs
-    params = (In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), opts.scale, B, Tq, Tk, HQ, H)
-    consts = dict(D=D, CAUSAL=opts.causal, DOT_PREC="tf32")
-    dkdv = LaunchPlan(
-        kernel=flash_bwd_dkdv_tma_kernel,
-        grid=(cdiv(Tk, bn), B * H),
-        params=params,
-        outputs=(OutputSpec((B, Tk, H, D), q.dtype), OutputSpec((B, Tk, H, D), q.dtype)),
-        output_names=("dk", "dv"),
-        constexprs=dict(consts, BM=bm, BN=bn),
-        num_warps=w,
-        num_stages=s,
-    )
-    dq = LaunchPlan(
-        kernel=flash_bwd_dq_tma_kernel,
-        grid=(cdiv(Tq, bm2), B * HQ),
-        params=params,
-        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype),),
-        output_names=("dq",),
-        constexprs=dict(consts, BM=bm2, BN=bn2),
-        num_warps=w2,
-        num_stages=s2,
-    )
-    return dkdv, dq

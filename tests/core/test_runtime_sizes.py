@@ -169,19 +169,21 @@ def test_fixed_order_sums_pass_no_size_equal_to_one():
         assert first.grid[1] >= 2 and second.grid[1] == 1
 
 
-def test_tma_forward_has_one_specialisation_for_every_size():
-    # The opt-in tensor-descriptor forward: batch and lengths are run-time
-    # sizes (the descriptors take them as values), so a new length or batch
-    # reuses the kernel (head dim 64, its fixed config).
-    before = flash_tma_plans.TMA_FORWARD
-    flash_attention.set_tma_forward(True)
+def test_ws_forward_has_one_specialisation_for_every_size():
+    # The warp-specialised forward (forced on; head dim 128, bf16): batch
+    # and lengths are run-time sizes (the descriptors take them as values),
+    # so a new length or batch reuses the kernel.  Several batches take it
+    # only with whole key blocks (flash_fwd_ws), so the keys here have them.
+    before = flash_tma_plans.WS_FORWARD
+    flash_attention.set_ws_forward("on")
     try:
         seen = []
         for T, N in SIZES:
-            q, kv = _info((N, T, 2 * H, K)), _info((N, T + 7, H, K))
+            Tk = T if N == 1 else -(-T // 128) * 128  # the GPU's key blocks (128) and the interpreter's
+            q, kv = _info((N, T, 2 * H, 128), "bfloat16"), _info((N, Tk, H, 128), "bfloat16")
             p, _ = flash_attention.plans(q, kv, kv, causal=True)
-            assert p.forward[0].kernel is flash_tma_plans.flash_fwd_tma_kernel
+            assert p.forward[0].kernel is flash_tma_plans.flash_fwd_ws_kernel, (T, N)
             seen.append(_signature(p.forward[0]))
         assert all(s == seen[0] for s in seen), seen
     finally:
-        flash_attention.set_tma_forward(before)
+        flash_attention.set_ws_forward(before)

@@ -213,29 +213,6 @@ GPU_CASES = {
 }
 
 
-# The tensor-descriptor forward (core_triton.attention.flash_fwd_tma, opt
-# in): (make_case arguments, options, dtype, on the interpreter too).  The
-# interpreter runs 32x16 blocks; a GPU runs the configs of
-# flash_tma_plans.TMA_CONFIGS, at the long cases.
-TMA_CASES = {
-    "d64_causal_gqa_bf16": ({"B": 2, "Tq": 45, "Tk": 45, "D": 64}, {"causal": True}, "bfloat16", True),
-    "d64_full_tq_lt_tk_f16_sink1d": (
-        {"Tq": 37, "Tk": 70, "HQ": 2, "H": 1, "D": 64, "sink": "1d"}, {}, "float16", True,
-    ),
-    "d128_causal_tq_gt_tk_bf16": ({"Tq": 70, "Tk": 37, "D": 128}, {"causal": True}, "bfloat16", True),
-    "d64_causal_tq_lt_tk_gqa4_bf16": (
-        {"Tq": 30, "Tk": 75, "HQ": 4, "H": 1, "D": 64}, {"causal": True}, "bfloat16", True,
-    ),
-    "d64_causal_sink2d_scale_f16": (
-        {"Tq": 64, "Tk": 64, "D": 64, "sink": "2d"}, {"causal": True, "softmax_scale": 0.3}, "float16", True,
-    ),
-    "d128_t2048_causal": ({"Tq": 2048, "Tk": 2048, "D": 128}, {"causal": True}, "bfloat16", False),
-    "d128_t2048_full_gqa": ({"Tq": 2047, "Tk": 2049, "HQ": 4, "H": 1, "D": 128}, {}, "bfloat16", False),
-    "d64_t1024_causal_sink": (
-        {"Tq": 1000, "Tk": 1000, "D": 64, "sink": "1d"}, {"causal": True}, "float16", False,
-    ),
-}  # fmt: skip
-
 # The warp-specialised forward (flash_fwd_ws; head dim 128): shape, options,
 # dtype, run under the interpreter too.  Partial query and key blocks
 # (keys: one sequence; several batches take it only with whole key blocks),
@@ -429,41 +406,6 @@ class FlashAttentionSuite(KernelLevelCases):
         c = make_case(np.random.default_rng(16), Tq=T, Tk=T, HQ=4, H=2, D=D, bias=bias)
         self._check(c, {"causal": causal}, dtype=dtype)
 
-    @pytest.mark.parametrize("halves", ["fwd", "bwd", "both"])
-    @pytest.mark.parametrize("case", sorted(TMA_CASES))
-    def test_tma_kernels(self, case, halves, monkeypatch):
-        """The opt-in tensor-descriptor forward and backward
-        (flash.set_tma_forward / set_tma_backward), each beside the other
-        half's main kernels and together, run where they apply and match the
-        float64 reference, forward and every gradient.  The JAX binding
-        launches them through jax_api._compiled (they need global scratch)."""
-        from core_triton.attention import flash, flash_tma_plans
-
-        fw = self.fw
-        shape, options, dtype, interpreted_too = TMA_CASES[case]
-        if interpreter_requested() and not interpreted_too:
-            pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
-        # On a GPU the JAX binding launches them its own way (jax_api._compiled).
-        self._kernel_level(not interpreter_requested())
-        before = flash_tma_plans.TMA_FORWARD, flash_tma_plans.TMA_BACKWARD
-        flash.set_tma_forward(halves != "bwd")
-        flash.set_tma_backward(halves != "fwd")
-        fw.clear_caches()
-        try:
-            c = make_case(np.random.default_rng(21), **shape)
-            seen = spy_launches(fw, monkeypatch)
-            self._check(c, options, dtype=dtype)
-            kernels = [plan.kernel for plan in seen]
-            assert (kernels[0] is flash_tma_plans.flash_fwd_tma_kernel) == (halves != "bwd"), kernels
-            t = flash_tma_plans
-            tma_bwd = t.flash_bwd_dkdv_tma_kernel in kernels and t.flash_bwd_dq_tma_kernel in kernels
-            assert tma_bwd == (halves != "fwd"), kernels
-            assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
-        finally:
-            flash.set_tma_forward(before[0])
-            flash.set_tma_backward(before[1])
-            fw.clear_caches()
-
     @pytest.mark.parametrize("case", sorted(WS_CASES))
     def test_ws_forward(self, case, monkeypatch):
         """The warp-specialised forward (flash_fwd_ws, the plan's pick on
@@ -594,22 +536,18 @@ class FlashAttentionSuite(KernelLevelCases):
         assert_close(out, attention_ref(**seen, causal=True)["out"], "bfloat16")
         pytest.fail("3 stages now compile right: measure them again (flash_tma_plans.WS_CONFIGS)")
 
-    def test_tma_kernels_fall_back(self, monkeypatch):
-        """Where the tensor-descriptor kernels do not apply (float32, a
-        window, a head dim they have no config for) the main kernels run.
-        Head dims 96 and 128 take the H100's measured tiles: a head dim of
-        64 or less would autotune on the GPU, compiling every candidate
-        config of three kernels for each case (minutes).  Which kernels a
-        plan picks: kernel-level."""
+    def test_ws_forward_falls_back(self, monkeypatch):
+        """Where the warp-specialised forward does not apply (float32, a
+        window, a head dim it has no config for) the main kernel runs, with
+        it forced on.  Head dims 96 and 128 take the H100's measured tiles:
+        a head dim of 64 or less would autotune on the GPU, compiling every
+        candidate config of three kernels for each case (minutes).  Which
+        kernels a plan picks: kernel-level."""
         self._kernel_level()
-        from core_triton.attention import flash, flash_tma_plans
+        from core_triton.attention import flash_tma_plans
 
         fw = self.fw
-        before = flash_tma_plans.TMA_FORWARD, flash_tma_plans.TMA_BACKWARD
-        flash.set_tma_forward(True)
-        flash.set_tma_backward(True)
-        fw.clear_caches()
-        try:
+        with ws_forward_on(fw):
             for shape, options, dtype in (
                 ({"D": 128}, {}, "float32"),
                 ({"D": 128, "Tq": 40, "Tk": 40}, {"sliding_window": 8}, "bfloat16"),
@@ -617,14 +555,8 @@ class FlashAttentionSuite(KernelLevelCases):
             ):
                 seen = spy_launches(fw, monkeypatch)
                 self._check(make_case(np.random.default_rng(22), **shape), options, dtype=dtype)
-                tma = (flash_tma_plans.flash_fwd_tma_kernel, flash_tma_plans.flash_bwd_dkdv_tma_kernel)
-                tma += (flash_tma_plans.flash_bwd_dq_tma_kernel,)
-                assert not any(plan.kernel in tma for plan in seen), (shape, options, dtype)
+                assert not any(plan.kernel is flash_tma_plans.flash_fwd_ws_kernel for plan in seen), shape
                 assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
-        finally:
-            flash.set_tma_forward(before[0])
-            flash.set_tma_backward(before[1])
-            fw.clear_caches()
 
     def test_defaults_and_no_lse(self):
         fw = self.fw
