@@ -178,25 +178,20 @@ class _Fast:
             if inputs.get(name) is not None:
                 return None
         outputs = []
-        pos = self.n_in
         poison = poison_outputs()
         for i, (shape, dtype, fill) in enumerate(self.outputs):
-            if i in self.aliases:
-                # Written in place: the input's tensor (checked as a slot).
-                o = inputs[self.aliases[i]]
-                outputs.append(o)
-                args[pos] = o.data_ptr()
-                pos += 1
-                continue
-            if fill is None and poison:
-                fill = float("nan") if dtype.is_floating_point else -1
-            if fill is None:
-                o = torch.empty(shape, dtype=dtype, device=self.device)
+            alias = self.aliases.get(i)
+            if alias is not None:
+                o = inputs[alias]  # written in place: the input's tensor (checked as a slot)
             else:
-                o = torch.full(shape, fill, dtype=dtype, device=self.device)
+                if fill is None and poison:
+                    fill = float("nan") if dtype.is_floating_point else -1
+                if fill is None:
+                    o = torch.empty(shape, dtype=dtype, device=self.device)
+                else:
+                    o = torch.full(shape, fill, dtype=dtype, device=self.device)
             outputs.append(o)
-            args[pos] = o.data_ptr()
-            pos += 1
+            args[self.n_in + i] = o.data_ptr()
         self.call(*self.grid, torch._C._cuda_getCurrentRawStream(index), *self.head, *args, *self.tail)
         return outputs
 
