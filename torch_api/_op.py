@@ -58,19 +58,22 @@ def plans_impl(make: Make, tensor_params: tuple[str, ...], grad_of: dict[str, st
     ``tensor_params``; ``grad_of`` maps each that can have a gradient to its
     plans' input name."""
 
-    def forward(args):
+    def run(args, steps):
+        """Plan a call and run the launches ``steps(plans)``: ``(plans,
+        named inputs, index inputs, every named array)``."""
         plans, operands = make(args, info)
         index = _index(plans, args.get("cu_seqlens"))
         named = _given(plans, operands)
-        env = run_named(plans.forward, {**named, **index}, launch)
+        return plans, named, index, run_named(steps(plans), {**named, **index}, launch)
+
+    def forward(args):
+        plans, named, index, env = run(args, lambda p: p.forward)
         outputs = tuple(env[n] for n in plans.outputs)
         extras = [{**env, **index}[n] for n in _extra_names(plans)]
         return outputs, extras, (plans, named)
 
     def inference(args):
-        plans, operands = make(args, info)
-        index = _index(plans, args.get("cu_seqlens"))
-        env = run_named(plans.forward_only, {**_given(plans, operands), **index}, launch)
+        plans, _, _, env = run(args, lambda p: p.forward_only)
         return tuple(env[n] for n in plans.outputs)
 
     def backward(args, outputs, extras, cotangents, needs, state):
