@@ -335,14 +335,14 @@ def attention_plans(
         num_stages=s,
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
-    plain = tuned and not has_seg and tuple(qoff) == (0,) and tuple(koff) == (0,)
+    like_plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)  # but for segment ids
+    plain = like_plain and not has_seg
     special = ws_forward(q, k, v, opts, sink, out_dtype, plain, n_sink, n_sink)
     if special:
         forward = (special,)
     elif ranged:
         # Plain but for the ids: plain attention's own forward for the rows
         # that see every key (the warp-specialised one where it takes them).
-        like_plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)
         ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, gate_range="q_key_range")
         forward = gated_pair(forward, ws)
     else:
