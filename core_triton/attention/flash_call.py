@@ -69,10 +69,16 @@ def gradients(launch: Callable, cast: Callable, steps: tuple, inputs: dict, out,
     dK/dV, dQ and bias-gradient plans, the last None when the bias needs no
     gradient (nothing is launched or allocated for it then; else the bias's
     shape and dtype, reduced over broadcast dims inside the launch)."""
-    preprocess, dkdv_plan, dq_plan, dbias_plan = steps
+    preprocess, *grad_steps = steps
     d = delta(launch, cast, preprocess, out, dout, dlse)
-    inputs = {**inputs, "do": dout, "lse": lse, "delta": d}
-    dk, dv = run_steps(dkdv_plan, inputs, launch)
-    (dq,) = run_steps(dq_plan, inputs, launch)
-    db = None if dbias_plan is None else launch(dbias_plan, inputs)[0]
+    dq, dk, dv, db = grads(launch, *grad_steps, {**inputs, "do": dout, "lse": lse, "delta": d})
     return dq, dk, dv, db, d
+
+
+def grads(launch: Callable, dkdv_steps: tuple, dq_steps: tuple, dbias_plan: LaunchPlan | None, inputs: dict):
+    """``(dq, dk, dv, dbias)`` of one set of backward ``inputs`` (a ring
+    step's too): the dK/dV and dQ launches, then the bias gradient's where
+    ``dbias_plan`` is not None (else None)."""
+    dk, dv = run_steps(dkdv_steps, inputs, launch)
+    (dq,) = run_steps(dq_steps, inputs, launch)
+    return dq, dk, dv, (None if dbias_plan is None else launch(dbias_plan, inputs)[0])

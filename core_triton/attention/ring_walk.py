@@ -142,11 +142,9 @@ def backward(
 
         def run(arriving, dq, db, kv=kv, step=step):
             inputs = {**_inputs(ring, q, kv, fixed, bias, step), "do": dout, "lse": lse, "delta": delta}
-            dk_s, dv_s = run_steps(dkdv_plan, inputs, ring.launch)
-            (dq_s,) = run_steps(dq_plan, inputs, ring.launch)
+            dq_s, dk_s, dv_s, db_s = flash_call.grads(ring.launch, dkdv_plan, dq_plan, dbias_plan, inputs)
             dq = dq_s if dq is None else dq + dq_s
             if db is not None:
-                (db_s,) = ring.launch(dbias_plan, inputs)
                 db = ring.put_columns(db, db_s, step.bias_pieces)
             # The accumulators that arrived (sent by the previous step)
             # belong to this step's shard; wait for them only now, after
