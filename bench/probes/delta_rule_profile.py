@@ -5,7 +5,10 @@ backward spend their time.  Same inputs as bench/delta_rule.py.
     python -m bench.probes.delta_rule_profile [gdn|kda] [B T docs]
 
 ``TILES='[{"state": {"BV": 64}}, ...]'`` profiles our op once per entry
-(chunk.TILE_OVERRIDES; fla once), ``FWD_ONLY=1`` skips the backward.
+(chunk.TILE_OVERRIDES, with the entry's ``"settings"`` set as chunk's
+module settings, e.g. ``{"settings": {"WU_IN_WALK": false}}``; fla once),
+``FWD_ONLY=1`` skips the backward.  Each line also gives the wall time per
+call (bench.common.timed).
 """
 
 from __future__ import annotations
@@ -18,16 +21,29 @@ from collections import defaultdict
 import torch
 
 import torch_api
+from bench.common import timed
 from bench.delta_rule import _fla, _inputs, _ours
 from core_triton.delta_rule import chunk, gated_delta_rule
 
 
 def use_tiles(tiles: dict) -> None:
-    """Plan the chunk mode with ``tiles`` (chunk.TILE_OVERRIDES) from the
-    next call on."""
+    """Plan the chunk mode with ``tiles`` (chunk.TILE_OVERRIDES, and its
+    ``"settings"``; settings an earlier entry changed go back) from the next
+    call on."""
+    tiles = dict(tiles)
+    settings = tiles.pop("settings", {})
+    for name, value in DEFAULTS.items():
+        setattr(chunk, name, value)
+    for name, value in settings.items():
+        DEFAULTS.setdefault(name, getattr(chunk, name))
+        setattr(chunk, name, value)
     chunk.TILE_OVERRIDES.clear()
     chunk.TILE_OVERRIDES.update(tiles)
     gated_delta_rule._make_plans.cache_clear()
+
+
+# chunk's module settings as they were before use_tiles changed them.
+DEFAULTS: dict = {}
 
 
 def profile(fn, label, reps=5):
@@ -43,7 +59,8 @@ def profile(fn, label, reps=5):
             times[e.name] += e.device_time / reps
             counts[e.name] += 1
     total = sum(times.values())
-    print(f"\n## {label}: {total / 1e3:.3f} ms of kernels per call", flush=True)
+    wall = timed(fn, lambda _: torch.cuda.synchronize()) * 1e3
+    print(f"\n## {label}: {total / 1e3:.3f} ms of kernels per call, {wall:.3f} ms wall", flush=True)
     for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:14]:
         print(f"  {t / 1e3:8.3f} ms  x{counts[name] // reps:<3} {name[:90]}", flush=True)
 

@@ -53,14 +53,28 @@ from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 CHUNK = 64
 BLOCK = 16
 
-# Scalar (or no) gates: the forward's intra kernel stores P for the output
-# kernel (True), or the output kernel forms it from q k^T (False).
+# Scalar (or no) gates, where the walk reads W and Uv (not WU_IN_WALK) or
+# the output kernel forms the outputs: the forward's intra kernel stores P
+# for them (True), or they form it from q k^T (False).  The walk that forms
+# W S and Uv forms P too (its tiles' P_FROM_AQK; chunk_fwd_walk.py).
 P_IN_INTRA = True
 
 # The forward walks the chunks once for states and outputs
 # (chunk_fwd_walk.py) up to K = 128 (True), or stores the states for the
 # output kernel (False; what larger K takes).
 FUSED_WALK = True
+
+# Scalar (or no) gates: the fused walk forms W S and Uv itself from Tinv,
+# the values and beta (chunk_fwd_walk.py), so the forward runs no W/Uv
+# launch (True); or it reads them from chunk_fwd_wu.py (False).  Per-channel
+# gates always read them (H100, KDA B4 T4k HV32 K=V=128 bf16: forward 3.59
+# ms formed in the walk, which spilled, against 2.42).
+WU_IN_WALK = True
+
+# Scalar (or no) gates: the forward's intra kernel forms G in one product
+# per K tile, stores it and reads its blocks back (True), or forms each
+# block of G from k's blocks (False).
+G_WHOLE = True
 
 # Per-channel gates: P and G from a launch of their own, one block row per
 # program (chunk_gram.py), and the intra kernel only inverts (True); or the
@@ -91,7 +105,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
             BK=min(kp, 32 if gate == VECTOR_GATE else 64),
             num_warps=4 if gate == VECTOR_GATE else 2,
             num_stages=1,
-            STORE_P=P_IN_INTRA,
+            G_WHOLE=G_WHOLE and gate != VECTOR_GATE,
         ),
         # P and G of per-channel gates, a block row per program (H100, B4
         # T4k HV32 K=V=128 bf16, forward / fwd+bwd: 2.50 / 14.20 ms with K
@@ -100,7 +114,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         "gram": dict(BK=min(kp, 32), num_warps=2, num_stages=1),
         # The intra kernel inverting G from gram (per-channel gates; 4 warps
         # 2.94 ms forward).
-        "inverse": dict(BK=min(kp, 64), num_warps=2, num_stages=1, STORE_P=P_IN_INTRA),
+        "inverse": dict(BK=min(kp, 64), num_warps=2, num_stages=1),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
@@ -121,6 +135,12 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
             num_stages=2 if kp <= 128 else 1,
             P_FROM_AQK=P_IN_INTRA,
         ),
+        # The walk forming W S and Uv (WU_IN_WALK): unpipelined (H100, GDN
+        # B4 T4k HV32 K=V=128 bf16: 0.62 ms, 0.82 with 2 stages, 0.90 with 8
+        # warps), forming P from q k^T (forward 1.05 ms against 1.12 reading
+        # it, B1 T32k in 16 documents 2.39 against 2.53: the intra kernel
+        # then stores neither P nor its product).
+        "walk_wu": dict(BK=kp, BV=min(vp, 64), num_warps=4, num_stages=1, P_FROM_AQK=False),
         "state_bwd": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 64 else 1),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
@@ -211,10 +231,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     normalize = steps.normalize(a)
 
     def intra_plan(store_bwd):
-        # The forward keeps G in registers (and, for scalar or no gates, P
-        # too without P_IN_INTRA); the backward, which runs this again,
-        # needs both whole.  Per-channel gates with GRAM_APART: P and G
-        # from their own launch, the intra kernel only inverts.
+        # The forward stores P only for a kernel that reads it (p_stored),
+        # and G (scalar or no gates, with G_WHOLE) only to read its blocks
+        # back; the backward, which runs this again, needs both whole.
+        # Per-channel gates with GRAM_APART: P and G from their own launch,
+        # the intra kernel only inverts.
         if a.gate == VECTOR_GATE and GRAM_APART:
             gram = tiled(
                 "gram",
@@ -232,13 +253,14 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
                 params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes, In("aqk"), In("gkk")),
                 outputs=(per_chunk,),
                 output_names=("tinv",),
-                constexprs=dict(flags, BC=BLOCK, STORE_BWD=False, GKK_IN=True),
+                constexprs=dict(flags, BC=BLOCK, STORE_BWD=False, GKK_IN=True, STORE_P=True),
                 tiles="inverse",
             )
             return (gram, inverse)
         scratch = OutputSpec((1,), "float32")
-        full_g = store_bwd
-        full_p = full_g or a.gate == VECTOR_GATE or _tiles("intra", K, V, interpreted, a.gate)["STORE_P"]
+        t = _tiles("intra", K, V, interpreted, a.gate)
+        full_g = store_bwd or t["G_WHOLE"]
+        full_p = store_bwd or p_stored
         intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
@@ -246,7 +268,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
-            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False),
+            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False, STORE_P=p_stored),
         )
         return (intra,)
 
@@ -271,6 +293,10 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # there (compute-sanitizer on the H100: an out-of-range shared address
     # in a product): the state pass and the output kernel take it.
     fused = FUSED_WALK and K <= 128
+    wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
+    # Whether the kernel that forms the outputs reads P from the intra kernel.
+    outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
+    p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
     # The walk of scalar (or no) gates reads k, not Kd (chunk_fwd_walk.py).
     store_kd = not fused or a.gate == VECTOR_GATE
     state = tiled(
@@ -302,9 +328,12 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         params=(
             In(q),
             In(k),
-            In("kd"),
-            In("w"),
-            In("uv"),
+            optional("kd", not wu_here),
+            optional("w", not wu_here),
+            optional("uv", not wu_here),
+            In("value"),
+            In("beta"),
+            In("tinv"),
             gc,
             In("aqk"),
             optional("initial_state", use_h0),
@@ -317,10 +346,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(flags, USE_H0=use_h0),
+        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here),
+        tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
-    forward = (*pre, *normalize, *intra_plan(False), wu_plan(store_kd), *tail)
+    forward = (*pre, *normalize, *intra_plan(False), *(() if wu_here else (wu_plan(store_kd),)), *tail)
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
     NK = cdiv(K, bwd_t["BK"])

@@ -19,11 +19,23 @@ and updates (tf32 on the tensor cores for half inputs; rounding either to
 the inputs' dtype took the half-precision test's output error from 0.9e-2
 to 1.5e-2 of its scale).
 
+With ``WU_HERE`` (scalar or no gates) the walk reads no ``W``, ``Uv``:
+since ``W = Tinv diag(beta) (k * exp(b))`` and ``Uv = Tinv diag(beta) v``,
+
+    U = Tinv (beta * (v - exp(b) * (k S)))
+
+one more ``[BT, BT]`` product per chunk in place of the launch that
+stored ``W`` and ``Uv`` (their 32 KB a chunk and head in bf16 at K = V =
+128, written then read back once per value tile).  ``k S`` is in k's
+dtype as ``W S`` was in W's, ``Tinv (...)`` with float32 operands.
+
 ``P`` (the decayed scores, chunk_intra.py) is read from ``aqk`` (always for
 per-channel gates), or formed here from ``q k^T`` for scalar (or no) gates
 without ``P_FROM_AQK``.  Value head ``h`` reads query/key head ``h // (HV
-// HK)``.  Inputs: ``q, k [B*T, HK, K]``, ``kd, w [B*T, HV, K]``, ``uv
-[B*T, HV, V]``, ``gc``, ``aqk [B*T, HV, BT]``, ``h0 [N, HV, K, V]``.
+// HK)``.  Inputs: ``q, k [B*T, HK, K]``, ``kd, w [B*T, HV, K]``, ``uv,
+v [B*T, HV, V]``, ``beta [B*T, HV]``, ``tinv, aqk [B*T, HV, BT]``,
+``gc``, ``h0 [N, HV, K, V]`` (``kd``, ``w``, ``uv`` unread with
+``WU_HERE``, ``v``, ``beta``, ``tinv`` without).
 Outputs: ``o [B*T, HV, V]`` (the inputs' dtype), ``final [N, HV, K, V]``
 (float32).
 """
@@ -42,6 +54,9 @@ def delta_chunk_fwd_walk_kernel(
     kd,
     w,
     uv,
+    v,
+    beta,
+    tinv,
     gc,
     aqk,
     h0,
@@ -65,6 +80,7 @@ def delta_chunk_fwd_walk_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
     P_FROM_AQK: tl.constexpr,
+    WU_HERE: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
@@ -86,22 +102,44 @@ def delta_chunk_fwd_walk_kernel(
         o_t = ts + o_tt
         m_t = o_t < te
         m_tv = m_t[:, None] & m_v[None, :]
-        b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
-        # U in float32 from W S in W's dtype (module docstring).
-        b_u = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
-
-        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
-        if GATE == 2:
-            acc = dot(b_q.to(tl.float32) * tl.exp(rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)), S, PREC)
-        else:
-            acc = dot(b_q.to(tl.float32), S, PREC)
         keep = m_t[:, None] & causal
         last = te - 1
         if GATE == 1:
             b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
+            g_last = tl.load(gc + last * HV + i_h)
+        if GATE == 2:
+            b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
+            g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
+        if WU_HERE:
+            # U = Tinv (beta (v - exp(b) k S)): W S and Uv from the inputs
+            # (scalar or no gates), k S in k's dtype as W S was in W's.
+            tl.static_assert(GATE != 2)
+            b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
+            b_ks = dot(b_k, S.to(b_k.dtype), PREC)
+            if GATE == 1:
+                b_ks = b_ks * tl.exp(b_g)[:, None]
+            b_beta = tl.load(beta + o_t * HV + i_h, mask=m_t, other=0).to(tl.float32)
+            b_x = (rows_tile(v, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32) - b_ks) * b_beta[:, None]
+            b_tinv = tl.load(tinv + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+            b_u = dot(b_tinv, b_x, PREC)
+        else:
+            # U in float32 from W S in W's dtype (module docstring).
+            b_w = rows_tile(w, o_t, m_t, HV, i_h, K, o_k, m_k)
+            b_uv = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v)
+            b_u = b_uv.to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
+
+        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
+        if GATE == 2:
+            acc = dot(b_q.to(tl.float32) * tl.exp(b_gk), S, PREC)
+        else:
+            acc = dot(b_q.to(tl.float32), S, PREC)
+        if GATE == 1:
             acc = acc * tl.exp(b_g)[:, None]
         if not FROM_AQK or FROM_K:
-            b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
+            if WU_HERE:
+                b_kt = tl.trans(b_k)  # a loaded tile (never a product's: chunk_common.rows_tile_t)
+            else:
+                b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
         if FROM_AQK:
             b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
         else:
@@ -114,10 +152,9 @@ def delta_chunk_fwd_walk_kernel(
         tl.store(o + (o_t[:, None] * HV + i_h) * V + o_v[None, :], out.to(o.dtype.element_ty), mask=m_tv)
 
         if GATE == 1:
-            g_last = tl.load(gc + last * HV + i_h)
             S = S * tl.exp(g_last)
         if GATE == 2:
-            S = S * tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))[:, None]
+            S = S * tl.exp(g_last)[:, None]
         if FROM_K:
             if GATE == 1:
                 b_u = b_u * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[:, None]

@@ -24,10 +24,10 @@ A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
    ``aqk``, ``gkk``, read back in blocks after a barrier (each program
    reads only what it wrote), in the forward each block pair as phase B
    takes it, ``P``'s -> ``aqk``, ``G``'s kept in registers.  Scalar (or
-   no) gates: in the backward, whole-chunk products -> ``aqk``, ``gkk``,
-   read back the same way; in the forward, ``G``'s blocks straight from
-   ``k``'s, and ``P`` whole -> ``aqk`` (``STORE_P``; without it the output
-   kernel forms ``P`` itself);
+   no) gates: whole-chunk products -> ``aqk``, ``gkk``, ``G``'s read back
+   the same way; the forward stores ``P`` only with ``STORE_P`` (else the
+   kernel that forms the outputs forms ``P`` itself), and ``G`` only with
+   ``G_WHOLE`` (else phase B forms ``G``'s blocks straight from ``k``'s);
 B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
    4): the diagonal blocks by forward substitution (float32 inputs) or
    repeated squaring (half inputs: chunk_common.unit_lower_inverse), then
@@ -311,12 +311,13 @@ def delta_chunk_intra_kernel(
     STORE_BWD: tl.constexpr,
     STORE_P: tl.constexpr,
     GKK_IN: tl.constexpr = False,
+    G_WHOLE: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
     # L's blocks come back from gkk (per-channel gates, and the backward,
     # which needs G whole), or straight from K's blocks (scalar gates).
-    FROM_GKK: tl.constexpr = STORE_BWD or GKK_IN
+    FROM_GKK: tl.constexpr = STORE_BWD or GKK_IN or G_WHOLE
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // HV
@@ -351,11 +352,12 @@ def delta_chunk_intra_kernel(
                 # (the forward's blocks at or below the diagonal: l_row)
                 for J in tl.static_range(I + 1, NC):
                     store_block(aqk, tl.zeros([BC, BC], dtype=tl.float32), ts, te, i_h, I, J, HV, BT, BC)
-    elif STORE_BWD or STORE_P:
+    elif STORE_BWD or STORE_P or G_WHOLE:
         # Scalar (or no) gates factor out of the sums: the whole chunk in
         # two products per K tile, then exp(b_i - b_j) on the lower triangle
         # (no 16 x 16 blocks, which per-channel gates need); the forward
-        # (STORE_P) needs only P.
+        # needs P with STORE_P, and G with G_WHOLE (else phase B forms G's
+        # blocks from k's).
         o_r = ts + tl.arange(0, BT)
         m_r = o_r < te
         o_rr = tl.arange(0, BT)
@@ -365,8 +367,9 @@ def delta_chunk_intra_kernel(
             o_k = i_k * BK + tl.arange(0, BK)
             m_k = o_k < K
             b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
-            acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
-            if STORE_BWD:
+            if STORE_BWD or STORE_P:
+                acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+            if STORE_BWD or G_WHOLE:
                 acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
         valid = m_r[:, None] & m_r[None, :]
         keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
@@ -376,8 +379,9 @@ def delta_chunk_intra_kernel(
             b_b = tl.load(gc + o_r * HV + i_h, mask=m_r, other=0)
             diff = b_b[:, None] - b_b[None, :]
         p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
-        tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
-        if STORE_BWD:
+        if STORE_BWD or STORE_P:
+            tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
+        if STORE_BWD or G_WHOLE:
             tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
     if FROM_GKK:
         tl.debug_barrier()

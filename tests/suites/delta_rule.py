@@ -105,7 +105,8 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 @contextlib.contextmanager
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
-    settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``GRAM_APART``)
+    settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
+    ``G_WHOLE``, ``GRAM_APART``, ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk, gated_delta_rule
 
@@ -164,11 +165,18 @@ class DeltaRuleSuite(KernelLevelCases):
             check_case(self.fw, self._fn("chunk"), x, cu, cots)
 
     @pytest.mark.parametrize("gate", ["g", None])
-    def test_p_formed_in_output_kernel(self, gate):
+    @pytest.mark.parametrize("route", ["walk_reads_p", "walk_reads_w_forms_p"])
+    def test_where_p_comes_from(self, gate, route):
+        # The measured alternatives for scalar (or no) gates: the walk that
+        # forms W S and Uv reading P from the intra kernel; the walk that
+        # reads W and Uv forming P from q k^T.
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=9)
-        # The forward walk forming P itself (the measured alternative).
-        with chunk_settings(self.fw, P_IN_INTRA=False):
+        settings = {
+            "walk_reads_p": dict(TILE_OVERRIDES={"walk_wu": {"P_FROM_AQK": True}}),
+            "walk_reads_w_forms_p": dict(WU_IN_WALK=False, TILE_OVERRIDES={"walk": {"P_FROM_AQK": False}}),
+        }[route]
+        with chunk_settings(self.fw, **settings):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("strength", [2.0, -9.0])
@@ -191,6 +199,17 @@ class DeltaRuleSuite(KernelLevelCases):
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=10)
         with chunk_settings(self.fw, FUSED_WALK=False):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
+
+    @pytest.mark.parametrize("gate", ["g", None])
+    def test_walk_reading_w_and_uv(self, gate):
+        # Scalar (or no) gates' fused walk reading W and Uv from their own
+        # launch (chunk_fwd_wu.py), the measured alternative to forming
+        # them; and the intra kernel forming G block by block from k's
+        # blocks instead of whole.  (Per-channel gates always read them.)
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=12)
+        with chunk_settings(self.fw, WU_IN_WALK=False, G_WHOLE=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
 
     @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk")], ids=str)
