@@ -93,12 +93,8 @@ def flash_attention(
         "q_positions": q_positions,
         "kv_positions": kv_positions,
     }
-    plans, return_lse, index, launches = flash_call.call_plans(
-        info(query, "query"), info(key, "key"), info(value, "value"), info(cu_seqlens, "cu_seqlens"),
-        info(cu_seqlens_k, "cu_seqlens_k"), {n: info(a, n) for n, a in given.items()},
-        info(softmax_aux, "softmax_aux"), info(bias, "bias"), sliding_window, causal, logits_soft_cap,
-        softmax_scale, return_lse,
-    )  # fmt: skip
+    call = core.AttentionCall.of(locals(), info)  # the call's arguments by name
+    plans, return_lse, index, launches = flash_call.call_plans(call)
     made = {}
     if launches and cu_seqlens is None:
         # Segment ids' ranges, made on the device (the ids may be traced).

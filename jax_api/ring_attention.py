@@ -21,6 +21,7 @@ from jax import lax
 
 from core_triton.attention import ring as core
 from core_triton.attention import ring_walk
+from core_triton.attention.flash_options import AttentionCall
 from core_triton.common.checks import check_bool
 from core_triton.common.launch import run_named
 from jax_api._attention import attention_vjp, sink_grad
@@ -74,11 +75,8 @@ def ring_attention(
     ring = Ring(axis_name, n if isinstance(n, int) else int(n), lambda plan, inputs: launch(plan, inputs))
     given = {"q_segment_ids": q_segment_ids, "kv_segment_ids": kv_segment_ids}
     given.update(q_positions=q_positions, kv_positions=kv_positions)
-    plans, return_lse, schedule, launches = core.call_plans(
-        info(query), info(key), info(value), ring.n, bool(zigzag), info(cu_seqlens),
-        {x: info(a) for x, a in given.items()}, info(softmax_aux), info(bias), sliding_window, causal,
-        logits_soft_cap, softmax_scale, return_lse,
-    )  # fmt: skip
+    call = AttentionCall.of(locals(), info)  # the call's arguments by name
+    plans, return_lse, schedule, launches = core.call_plans(call, ring.n, bool(zigzag))
     mine = lambda: ring.mine(query.shape[1], zigzag)  # noqa: E731
     if launches:
         # Packed input: the global segment ids, then this device's tokens.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from core_triton.attention import softmax_parts
+from core_triton.attention.flash_options import INDEX  # noqa: F401 (the index arrays among them)
 from torch_api._launch import info, launch
 from torch_api._library import Param
 
@@ -26,8 +27,6 @@ PARAMS = (
     Param("q_positions", "Tensor?"),
     Param("kv_positions", "Tensor?"),
 )
-# The index arrays among them.
-INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 
 
 def sink_grad(sink, lse, delta):

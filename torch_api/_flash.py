@@ -27,11 +27,8 @@ OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Ten
 def call_plans(a, info_of):
     """``(plans, index, launches)``: the attention's plans, the infos of the
     index arrays it reads and the launches that make them (flash_call)."""
-    plans, _, index, launches = flash_call.call_plans(
-        info_of(a["query"]), info_of(a["key"]), info_of(a["value"]), info_of(a["cu_seqlens"]),
-        info_of(a["cu_seqlens_k"]), {n: info_of(a[n]) for n in INDEX}, info_of(a["softmax_aux"]),
-        info_of(a["bias"]), a["sliding_window"], a["causal"], a["logits_soft_cap"], a["softmax_scale"],
-    )  # fmt: skip
+    call = core.AttentionCall.of(a, lambda t, _: info_of(t))
+    plans, _, index, launches = flash_call.call_plans(call)
     return plans, index, launches
 
 

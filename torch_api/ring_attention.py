@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from core_triton.attention import ring as core
 from core_triton.attention import ring_walk
-from core_triton.attention.flash import window_pair
+from core_triton.attention.flash import AttentionCall, window_pair
 from core_triton.common.checks import check_bool
 from core_triton.common.launch import run_named
 from torch_api._attention import INDEX, PARAMS, fake_backward, sink_grad
@@ -30,11 +30,8 @@ _TENSORS = tuple(p.name for p in _PARAMS if p.is_tensor)
 
 def _plans(a, info_of, n):
     """``(plans, schedule, launches)`` of a call (core.call_plans)."""
-    plans, _, schedule, launches = core.call_plans(
-        info_of(a["query"]), info_of(a["key"]), info_of(a["value"]), n, a["zigzag"],
-        info_of(a["cu_seqlens"]), {x: info_of(a[x]) for x in INDEX}, info_of(a["softmax_aux"]),
-        info_of(a["bias"]), a["sliding_window"], a["causal"], a["logits_soft_cap"], a["softmax_scale"],
-    )  # fmt: skip
+    call = AttentionCall.of(a, lambda t, _: info_of(t))
+    plans, _, schedule, launches = core.call_plans(call, n, a["zigzag"])
     return plans, schedule, launches
 
 

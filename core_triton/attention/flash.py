@@ -64,6 +64,7 @@ from core_triton.attention.flash_configs import (
 from core_triton.attention.flash_fwd import flash_fwd_kernel
 from core_triton.attention.flash_options import (  # noqa: F401 (the op's public helpers)
     MAX_HEAD_DIM,
+    AttentionCall,
     Options,
     check_sinks,
     missing_positions,

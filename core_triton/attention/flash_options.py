@@ -1,11 +1,15 @@
-"""Flash attention's options: the argument checks of
-docs/api.md#flash_attention, normalised into :class:`Options` (what the
+"""Flash attention's options: a call's arguments as one value
+(:class:`AttentionCall`, what the bindings hand core), the argument checks
+of docs/api.md#flash_attention, normalised into :class:`Options` (what the
 plans of core_triton.attention.flash and the ring key on)."""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from core_triton.attention.flash_common import POS_INF_INT
 from core_triton.common import checks
@@ -30,6 +34,68 @@ class Options:
     k_pieces: int = 1
     q_chunk: int = 0
     k_chunk: int = 0
+
+
+# The index arrays of a call (segment ids and positions).
+INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
+# Its arrays (by the public argument names).
+ARRAYS = ("query", "key", "value", "softmax_aux", "bias", *INDEX, "cu_seqlens", "cu_seqlens_k")
+# What flash.plans and ring.plans take after query, key and value, beside
+# the index arrays.
+_PLANNED = (
+    "softmax_aux",
+    "bias",
+    "sliding_window",
+    "causal",
+    "logits_soft_cap",
+    "softmax_scale",
+    "return_lse",
+)
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One ``flash_attention`` / ``ring_attention`` call as core plans it:
+    the infos of its arrays (None where not given) and its options as the
+    caller gave them (:func:`validate` checks them).  A binding makes it
+    from its arguments by name with :meth:`of`."""
+
+    query: TensorInfo
+    key: TensorInfo
+    value: TensorInfo
+    q_segment_ids: TensorInfo | None = None
+    kv_segment_ids: TensorInfo | None = None
+    softmax_aux: TensorInfo | None = None
+    bias: TensorInfo | None = None
+    sliding_window: Any = None
+    causal: Any = False
+    logits_soft_cap: Any = None
+    softmax_scale: Any = None
+    q_positions: TensorInfo | None = None
+    kv_positions: TensorInfo | None = None
+    return_lse: Any = False
+    cu_seqlens: TensorInfo | None = None
+    cu_seqlens_k: TensorInfo | None = None
+
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any], info_of: Callable[[Any, str], TensorInfo | None]):
+        """From a binding's arguments by name (names that are not the
+        call's, such as the ring's ``zigzag``, are left out; missing ones
+        take their defaults); ``info_of(array, name)`` gives an array's
+        info."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{n: info_of(v, n) if n in ARRAYS else v for n, v in arguments.items() if n in names})
+
+    @property
+    def index(self) -> dict[str, TensorInfo | None]:
+        """The index arrays' infos by name."""
+        return {n: getattr(self, n) for n in INDEX}
+
+    def planned(self, index: dict[str, TensorInfo | None]) -> dict[str, Any]:
+        """The keyword arguments of ``flash.plans`` / ``ring.plans`` after
+        query, key and value, with the index arrays ``index`` (what packed
+        input or segment ids' ranges made of the call's: packed.prepare)."""
+        return {**{n: getattr(self, n) for n in _PLANNED}, **{n: index.get(n) for n in INDEX}}
 
 
 def _window(value) -> tuple[int, int] | None:

@@ -287,45 +287,14 @@ def packed(
 
 
 def call_plans(
-    query: TensorInfo,
-    key: TensorInfo,
-    value: TensorInfo,
-    n: int,
-    zigzag: bool,
-    cu_seqlens: TensorInfo | None,
-    index: dict[str, TensorInfo | None],
-    softmax_aux: TensorInfo | None,
-    bias: TensorInfo | None,
-    sliding_window,
-    causal,
-    logits_soft_cap,
-    softmax_scale,
-    return_lse=False,
+    call: fa.AttentionCall, n: int, zigzag: bool
 ) -> tuple[fa.AttentionPlans, bool, RingSchedule, tuple[LaunchPlan, ...]]:
     """A binding's call, planned: :func:`packed` then :func:`plans`;
-    ``(plans, return_lse, schedule, launches)``.  ``index``: the infos of
-    the segment ids and positions by name (``q_segment_ids``,
-    ``kv_segment_ids``, ``q_positions``, ``kv_positions``); ``launches``
-    make packed input's global segment ids (else none)."""
-    index, launches = packed(query, n, cu_seqlens, index)
-    step, return_lse, schedule = plans(
-        query,
-        key,
-        value,
-        n,
-        zigzag,
-        index["q_segment_ids"],
-        index["kv_segment_ids"],
-        softmax_aux,
-        bias,
-        sliding_window,
-        causal,
-        logits_soft_cap,
-        softmax_scale,
-        index["q_positions"],
-        index["kv_positions"],
-        return_lse,
-    )
+    ``(plans, return_lse, schedule, launches)``; ``launches`` make packed
+    input's global segment ids (else none).  The ring takes no
+    ``cu_seqlens_k``."""
+    index, launches = packed(call.query, n, call.cu_seqlens, call.index)
+    step, return_lse, schedule = plans(call.query, call.key, call.value, n, zigzag, **call.planned(index))
     return step, return_lse, schedule, launches
 
 
