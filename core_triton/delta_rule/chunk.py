@@ -5,13 +5,16 @@ token):
 
 1. ``gc``: the in-chunk cumsum of ``g`` / ``gk`` (the cumsum kernel,
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
-2. ``aqk``, ``gkk``, ``tinv``: per-chunk matrices (chunk_intra.py; for
-   per-channel gates ``aqk`` and ``gkk`` from chunk_gram.py first), and
-   ``w``, ``uv``, ``kd`` (chunk_fwd_wu.py);
+2. ``tinv`` (and ``aqk``, ``gkk`` where a later launch reads them):
+   per-chunk matrices (chunk_intra.py; for per-channel gates ``aqk`` and
+   ``gkk`` from chunk_gram.py first), and for per-channel gates (or with
+   ``WU_IN_WALK`` off, or beyond K = 128) ``w``, ``uv``, ``kd``
+   (chunk_fwd_wu.py);
 3. ``o``, ``final``: one walk over the chunks carrying the state, which
    forms each chunk's delta updates and outputs on the way
-   (chunk_fwd_walk.py); beyond K = 128, ``h``, ``u``, ``final`` (the state
-   entering each chunk and the updates: chunk_fwd_state.py) and then ``o``
+   (chunk_fwd_walk.py; for scalar or no gates from ``tinv``, the values
+   and beta); beyond K = 128, ``h``, ``u``, ``final`` (the state entering
+   each chunk and the updates: chunk_fwd_state.py) and then ``o``
    (chunk_fwd_output.py).
 
 Backward (from ``do`` and ``dht``): steps 1-2 again (only ``gc`` is kept
