@@ -8,7 +8,9 @@ Each op is a pair of custom ops:
 * ``twinkernels::<op>_backward``: one optional gradient per tensor argument;
 
 with fake implementations planned by the same core_triton code (exact
-shapes and dtypes) and ``register_autograd`` joining the two.  To
+shapes and dtypes) and ``register_autograd`` joining the two.  Ops without
+a gradient (``decode_attention``, ``gated_delta_rule_step``, which updates
+its state in place) are one custom op each (:func:`forward_only_op`).  To
 ``torch.compile`` (Dynamo, AOTAutograd, Inductor) and ``torch.export`` each
 is one opaque node: no graph break, and the backward is a node too.  Why
 ``custom_op`` rather than ``triton_op``: a call is several launches whose
@@ -176,6 +178,28 @@ class TorchOp:
             return tuple(self.impl.inference(dict(zip(self.names, args, strict=True))))
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
+
+
+def forward_only_op(name: str, run: Callable, fake_output: Callable, mutates_args: tuple[str, ...] = ()):
+    """A public op without a gradient: ``twinkernels::<name>`` on ``run``
+    (type-annotated: ``custom_op`` reads its schema from them), whose fake
+    implementation is an empty tensor of ``fake_output(*args)`` (an
+    OutputSpec, planned on fake tensors).  Returns ``call(*args)``: ``run``
+    itself in eager calls, the custom op under ``torch.compile`` /
+    ``torch.export`` and for meta tensors (:func:`use_dispatcher`)."""
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=mutates_args)(run)
+
+    @op.register_fake
+    def _(*args):
+        spec = fake_output(*args)
+        return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=args[0].device)
+
+    def call(*args):
+        if use_dispatcher([a for a in args if isinstance(a, torch.Tensor)]):
+            return op(*args)
+        return run(*args)
+
+    return call
 
 
 def _differentiated(tensors) -> bool:

@@ -14,7 +14,7 @@ from core_triton.attention import decode as core
 from core_triton.attention import flash
 from core_triton.common.launch import run_steps
 from torch_api._launch import info, launch
-from torch_api._library import NAMESPACE, check_tensors, fake_info, use_dispatcher
+from torch_api._library import check_tensors, fake_info, forward_only_op
 
 
 def _plans(info_of, args):
@@ -47,13 +47,11 @@ def _run(
     return run_steps(_plans(info, args), inputs, launch)[0]
 
 
-_op = torch.library.custom_op(f"{NAMESPACE}::decode_attention", mutates_args=())(_run)
-
-
-@_op.register_fake
-def _(*args):
-    spec = _plans(lambda t, name: fake_info(t), args)[-1].outputs[0]  # the last launch's first output
-    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=args[0].device)
+_op = forward_only_op(
+    "decode_attention",
+    _run,
+    lambda *args: _plans(lambda t, name: fake_info(t), args)[-1].outputs[0],  # the last launch's first output
+)
 
 
 def decode_attention(
@@ -99,6 +97,4 @@ def decode_attention(
     named = dict(query=query, key_cache=key_cache, value_cache=value_cache, kv_lens=kv_lens,
                  block_table=block_table, softmax_aux=softmax_aux)  # fmt: skip
     check_tensors(named)
-    if use_dispatcher(named.values()):
-        return _op(*args)
-    return _run(*args)
+    return _op(*args)

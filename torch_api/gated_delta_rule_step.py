@@ -9,7 +9,7 @@ import torch
 from core_triton.common.launch import run_named
 from core_triton.delta_rule import step as core
 from torch_api._launch import info, launch
-from torch_api._library import NAMESPACE, check_tensors, fake_info, use_dispatcher
+from torch_api._library import check_tensors, fake_info, forward_only_op
 
 
 def _plans(info_of, query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm):
@@ -38,14 +38,12 @@ def _run(
     return run_named(steps, inputs, launch)["o"]
 
 
-_op = torch.library.custom_op(f"{NAMESPACE}::gated_delta_rule_step", mutates_args=("state",))(_run)
-
-
-@_op.register_fake
-def _(query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm):
-    spec = _plans(lambda t, name: fake_info(t), query, key, value, beta, state, g, gk, softmax_scale,
-                  use_qk_l2norm)[-1].outputs[0]  # fmt: skip
-    return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=query.device)
+_op = forward_only_op(
+    "gated_delta_rule_step",
+    _run,
+    lambda *args: _plans(lambda t, name: fake_info(t), *args)[-1].outputs[0],  # the output's spec
+    mutates_args=("state",),
+)
 
 
 def gated_delta_rule_step(
@@ -81,6 +79,4 @@ def gated_delta_rule_step(
             "gated_delta_rule_step updates state in place and has no gradient: call it under "
             "torch.no_grad() (or use gated_delta_rule to train)"
         )
-    args = (query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm)
-    out = _op(*args) if use_dispatcher(named.values()) else _run(*args)
-    return out, state
+    return _op(query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm), state
