@@ -8,7 +8,6 @@ history has them (flash_fwd_tma.py, flash_bwd_tma.py, before commit
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
@@ -49,9 +48,9 @@ def _ws_wanted(Tq: int, Tk: int) -> bool:
     return WS_FORWARD == "on"
 
 
-def _tma_applies(q, k, v, opts, plain, out_dtype, configs: dict) -> bool:
+def _applies(q, k, v, opts, plain, out_dtype) -> bool:
     """What the descriptor kernel takes (core_triton.attention.flash_fwd_ws),
-    at the head dims ``configs`` has tiles for."""
+    at the head dims WS_CONFIGS has tiles for."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     return (
@@ -64,28 +63,40 @@ def _tma_applies(q, k, v, opts, plain, out_dtype, configs: dict) -> bool:
         and q.dtype == k.dtype == v.dtype
         and (out_dtype or q.dtype) == q.dtype
         and D == v.shape[3]
-        and D in configs
+        and D in WS_CONFIGS
         and Tq >= 1
         and Tk >= 1
         and all(_row_major(t) for t in (q, k, v))
     )
 
 
-def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride, **consts) -> LaunchPlan:
-    """A forward launch of the descriptor kernel (parameters ``q, k, v``,
-    the sinks or a placeholder, scale, sizes, sink count and stride;
-    outputs ``out, lse``); ``config`` is (BM, BN, warps, stages)."""
+def ws_forward(
+    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
+) -> LaunchPlan | None:
+    """The forward through flash_fwd_ws_kernel (parameters ``q, k, v``, the
+    sinks and the queries' ranges or placeholders, scale, sizes, sink count
+    and stride; outputs ``out, lse``), or None where it does not apply (see
+    core_triton.attention.flash_fwd_ws).  ``gate_range``: the name of the
+    queries' ranges, for the first launch of a gated pair
+    (flash.gated_pair; ``plain`` then says the call is plain but for its
+    segment ids)."""
+    if not (_ws_wanted(q.shape[1], k.shape[1]) and _applies(q, k, v, opts, plain, out_dtype)):
+        return None
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    bm, bn, w, s = config
+    bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
+    if B > 1 and Tk % bn:
+        # A key block would cross into the next batch (flash_fwd_ws).
+        return None
     return LaunchPlan(
-        kernel=kernel,
+        kernel=flash_fwd_ws_kernel,
         grid=(cdiv(Tq, bm), B * HQ),
         params=(
             In("q"),
             In("k"),
             In("v"),
             In("softmax_aux") if sink is not None else In("q"),
+            In(gate_range or "q"),
             opts.scale,
             B,
             Tq,
@@ -104,31 +115,8 @@ def _descriptor_forward(kernel, config, q, k, v, opts, sink, n_sink, sink_stride
             HAS_SINK=sink is not None,
             BM=bm,
             BN=bn,
-            **consts,
+            GATE=1 if gate_range else 0,
         ),
         num_warps=w,
         num_stages=s,
-    )
-
-
-def ws_forward(
-    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
-) -> LaunchPlan | None:
-    """The forward through flash_fwd_ws_kernel, or None where it does not
-    apply (see core_triton.attention.flash_fwd_ws).  ``gate_range``: the
-    name of the queries' ranges, for the first launch of a gated pair
-    (flash.gated_pair; ``plain`` then says the call is plain but for its
-    segment ids)."""
-    if not (_ws_wanted(q.shape[1], k.shape[1]) and _tma_applies(q, k, v, opts, plain, out_dtype, WS_CONFIGS)):
-        return None
-    config = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[q.shape[3]]
-    B, Tk = q.shape[0], k.shape[1]
-    if B > 1 and Tk % config[1]:
-        # A key block would cross into the next batch (flash_fwd_ws).
-        return None
-    plan = _descriptor_forward(flash_fwd_ws_kernel, config, q, k, v, opts, sink, n_sink, sink_stride)
-    return dataclasses.replace(
-        plan,
-        params=(*plan.params[:4], In(gate_range or "q"), *plan.params[4:]),
-        constexprs={**plan.constexprs, "GATE": 1 if gate_range else 0},
     )
