@@ -240,6 +240,19 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         pre += [_renamed(p, {"x": gate}, ("gc",)) for p in cum.forward]
     normalize = steps.normalize(a)
 
+    # Beyond K = 128 the walk's state and query tiles spill (up to 1.7 KB a
+    # thread at K = 256), and Triton 3.6 miscompiled its scalar-gate variant
+    # there (compute-sanitizer on the H100: an out-of-range shared address
+    # in a product): the state pass and the output kernel take it.
+    fused = FUSED_WALK and K <= 128
+    wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
+    # Whether the kernel that forms the outputs reads P from the intra kernel.
+    outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
+    p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
+    g_whole = _tiles("intra", K, V, interpreted, a.gate)["G_WHOLE"]
+    l2_here = a.l2norm and L2_IN_KERNELS and wu_here and g_whole
+    qw, kw = ("query", "key") if l2_here else (q, k)
+
     def intra_plan(store_bwd, l2_here=False):
         # The forward stores P only for a kernel that reads it (p_stored),
         # and G (scalar or no gates, with G_WHOLE) only to read its blocks
@@ -268,10 +281,9 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             )
             return (gram, inverse)
         scratch = OutputSpec((1,), "float32")
-        t = _tiles("intra", K, V, interpreted, a.gate)
-        full_g = store_bwd or t["G_WHOLE"]
+        full_g = store_bwd or g_whole
         full_p = store_bwd or p_stored
-        qi, ki = ("query", "key") if l2_here else (q, k)
+        qi, ki = (qw, kw) if l2_here else (q, k)
         intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
@@ -301,17 +313,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
 
     wu = wu_plan(True)
-    # Beyond K = 128 the walk's state and query tiles spill (up to 1.7 KB a
-    # thread at K = 256), and Triton 3.6 miscompiled its scalar-gate variant
-    # there (compute-sanitizer on the H100: an out-of-range shared address
-    # in a product): the state pass and the output kernel take it.
-    fused = FUSED_WALK and K <= 128
-    wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
-    # Whether the kernel that forms the outputs reads P from the intra kernel.
-    outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
-    p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
-    l2_here = a.l2norm and L2_IN_KERNELS and wu_here and _tiles("intra", K, V, interpreted, a.gate)["G_WHOLE"]
-    qw, kw = ("query", "key") if l2_here else (q, k)
     # The walk of scalar (or no) gates reads k, not Kd (chunk_fwd_walk.py).
     store_kd = not fused or a.gate == VECTOR_GATE
     state = tiled(
