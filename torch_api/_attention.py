@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from core_triton.attention import softmax_parts
-from core_triton.attention.flash_options import INDEX  # noqa: F401 (the index arrays among them)
 from torch_api._launch import info, launch
 from torch_api._library import Param
 

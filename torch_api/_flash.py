@@ -15,8 +15,9 @@ import torch
 
 from core_triton.attention import flash as core
 from core_triton.attention import flash_call
+from core_triton.attention.flash_options import INDEX
 from core_triton.common.launch import run_named
-from torch_api._attention import INDEX, PARAMS
+from torch_api._attention import PARAMS
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Param
 

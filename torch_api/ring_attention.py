@@ -16,9 +16,10 @@ import torch.distributed as dist
 from core_triton.attention import ring as core
 from core_triton.attention import ring_walk
 from core_triton.attention.flash import AttentionCall, window_pair
+from core_triton.attention.flash_options import INDEX
 from core_triton.common.checks import check_bool
 from core_triton.common.launch import run_named
-from torch_api._attention import INDEX, PARAMS, fake_backward, sink_grad
+from torch_api._attention import PARAMS, fake_backward, sink_grad
 from torch_api._launch import info, launch
 from torch_api._library import Impl, Param, TorchOp, fake_info
 from torch_api._ring import Ring, group
