@@ -1,8 +1,9 @@
 """``gated_delta_rule(mode="recurrent")``: the launches, token by token.
 
-Forward: (the L2 normalisation of query and key, l2norm.py) then one launch
-(recurrent_fwd.py).  Backward: (the normalisation again), one launch
-(recurrent_bwd.py) with checkpoints, then fixed-order sums of its partials
+Forward: one launch (recurrent_fwd.py), which L2-normalises query and key
+itself where asked (``L2_IN_KERNEL``; else l2norm.py's launches first).
+Backward: (the normalisation again), one launch (recurrent_bwd.py) with
+checkpoints, then fixed-order sums of its partials
 (common/reductions.py), then (the normalisation's backward).
 
 Inputs by name: ``query``, ``key``, ``value``, ``beta``, ``g`` or ``gk``,
@@ -19,6 +20,7 @@ from core_triton.common.runtime import is_interpreted
 from core_triton.common.utils import cdiv, next_power_of_2
 from core_triton.delta_rule import steps
 from core_triton.delta_rule.args import NO_GATE, SCALAR_GATE, DeltaRuleArgs
+from core_triton.delta_rule.naive import L2NORM_EPS
 from core_triton.delta_rule.recurrent_bwd import delta_recurrent_bwd_kernel
 from core_triton.delta_rule.recurrent_fwd import delta_recurrent_fwd_kernel
 
@@ -26,6 +28,11 @@ from core_triton.delta_rule.recurrent_fwd import delta_recurrent_fwd_kernel
 _STATE_TILE = 4096
 # Below this many programs, value tiles shrink to raise parallelism.
 _MIN_PROGRAMS = 264
+# The forward kernel normalises q and k rows as it reads them (use_qk_l2norm)
+# instead of after two l2norm launches: for decoding, two launches fewer
+# per step (H100, B64 HV32 K=V=128, CUDA-graph replay: 106.3 us against
+# 111.7; bench/probes/delta_step_sweep.py).
+L2_IN_KERNEL = True
 # Tokens between the backward's checkpoints (fewer under the interpreter, so
 # the tests' short sequences span several blocks).
 CHECKPOINT = 16
@@ -75,15 +82,17 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     cu = optional("cu_seqlens", a.packed)
     flags = dict(HK=HK, HV=HV, K=K, V=V, BK=bk, BV=bv, GATE=a.gate, USE_H0=use_h0, IS_VARLEN=a.packed)
     pre = steps.normalize(a)
+    l2_here = a.l2norm and L2_IN_KERNEL
+    qf, kf = ("query", "key") if l2_here else (q, k)
     forward = [
-        *pre,
+        *([] if l2_here else pre),
         LaunchPlan(
             kernel=delta_recurrent_fwd_kernel,
             grid=grid,
-            params=(In(q), In(k), In("value"), In("beta"), *gates, h0, cu, T, a.scale),
+            params=(In(qf), In(kf), In("value"), In("beta"), *gates, h0, cu, T, a.scale),
             outputs=(OutputSpec((B, T, HV, V), a.dtype, token_fill), OutputSpec((N, HV, K, V), "float32")),
             output_names=("o", "final"),
-            constexprs=flags,
+            constexprs={**flags, "L2": l2_here, "EPS": L2NORM_EPS},
             num_warps=_warps(bk, bv),
             num_stages=1,
         ),

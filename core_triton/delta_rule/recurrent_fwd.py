@@ -14,7 +14,9 @@ Layouts (contiguous): q, k ``[B*T, HK, K]``, v ``[B*T, HV, V]``, beta and g
 ``[B*T, HV]``, gk ``[B*T, HV, K]``, h0/ht ``[N, HV, K, V]``; o ``[B*T, HV,
 V]`` in the inputs' dtype.  Value head ``h`` reads key head ``h // G``.
 Decoding passes the same buffer as ``h0`` and ``ht``: each program reads its
-tile before it writes it.
+tile before it writes it.  ``L2``: q and k rows are L2-normalised here, as
+l2norm.py's launch would have stored them (every program holds all of K),
+so the forward needs no normalisation launch of its own.
 """
 
 import triton
@@ -34,6 +36,13 @@ def token_decay(S, g, gk, row, i_h, o_k, m_k, HV: tl.constexpr, K: tl.constexpr,
         b_g = tl.load(gk + (row * HV + i_h) * K + o_k, mask=m_k, other=0).to(tl.float32)
         S = S * tl.exp(b_g)[:, None]
     return S
+
+
+@triton.jit
+def l2_unit(x, dtype, EPS: tl.constexpr):
+    """A float32 row ``x`` (all of K, 0 past it) L2-normalised and rounded
+    to ``dtype``, as l2norm.py's launch stores it, back in float32."""
+    return (x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) + EPS))).to(dtype).to(tl.float32)
 
 
 @jit(sizes=("T",))
@@ -59,6 +68,8 @@ def delta_recurrent_fwd_kernel(
     GATE: tl.constexpr,
     USE_H0: tl.constexpr,
     IS_VARLEN: tl.constexpr,
+    L2: tl.constexpr,
+    EPS: tl.constexpr,
 ):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
@@ -80,6 +91,9 @@ def delta_recurrent_fwd_kernel(
     for row in range(bos, eos):
         b_k = tl.load(k + (row * HK + i_hk) * K + o_k, mask=m_k, other=0).to(tl.float32)
         b_q = tl.load(q + (row * HK + i_hk) * K + o_k, mask=m_k, other=0).to(tl.float32)
+        if L2:
+            b_k = l2_unit(b_k, k.dtype.element_ty, EPS)
+            b_q = l2_unit(b_q, q.dtype.element_ty, EPS)
         b_v = tl.load(v + (row * HV + i_h) * V + o_v, mask=m_v, other=0).to(tl.float32)
         b_beta = tl.load(beta + row * HV + i_h).to(tl.float32)
         S = token_decay(S, g, gk, row, i_h, o_k, m_k, HV, K, GATE)

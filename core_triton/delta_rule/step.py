@@ -3,7 +3,7 @@ against a carried float32 state, updated in its own buffer.
 
 The recurrent forward kernel (recurrent_fwd.py) with the state as both its
 initial state and its final-state output (each program reads its tile
-before it writes it), after the L2 normalisation where asked.  Forward
+before it writes it), which L2-normalises q and k itself where asked.  Forward
 only.  Inputs by name: ``query``, ``key``, ``value``, ``beta``, ``g`` or
 ``gk``, ``state``; outputs ``o`` and ``state`` (the same buffer).
 """
@@ -50,6 +50,15 @@ def plans(
     return _make(a, tuple(sorted(dtypes.items())))
 
 
+def _warps(bk: int, bv: int) -> int:
+    """A warp per 2048 state values: a decoding program makes one pass over
+    its tile, and more programs in flight per SM beat more warps per
+    program (H100, HV 32, K = V = 128, value tiles of 16, CUDA-graph
+    replay: B64 102.5 us at one warp against 106.3 at two, B16 18.6
+    against 21.3; bench/probes/delta_step_sweep.py)."""
+    return max(1, bk * bv // 2048)
+
+
 @functools.lru_cache(maxsize=256)
 def _make(a, dtypes) -> tuple[LaunchPlan, ...]:
     forward, *_ = recurrent.make_plans(a, dict(dtypes))
@@ -58,5 +67,8 @@ def _make(a, dtypes) -> tuple[LaunchPlan, ...]:
         dataclasses.replace(p, name="state") if getattr(p, "name", None) == "initial_state" else p
         for p in step.params
     )
-    step = dataclasses.replace(step, params=params, output_names=("o", "state"), aliases=((1, "state"),))
+    bk, bv = step.constexprs["BK"], step.constexprs["BV"]
+    step = dataclasses.replace(
+        step, params=params, output_names=("o", "state"), aliases=((1, "state"),), num_warps=_warps(bk, bv)
+    )
     return (*pre, step)
