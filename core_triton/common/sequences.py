@@ -13,8 +13,9 @@ kernels must stay inside their tensors whatever they hold:
   sequence gets no more slots than are left after its first.
 
 Rows that no sequence covers (before ``cu[0]``, past ``cu[N]``) are never
-written by a kernel; the plans zero-fill the outputs of packed calls, so
-those tokens get output 0 and gradient 0.  For valid ``cu_seqlens`` the
+written by a kernel; the plans zero-fill the outputs of packed calls, or
+zero those rows after the kernels (:func:`zero_uncovered_plan`), so those
+tokens get output 0 and gradient 0.  For valid ``cu_seqlens`` the
 clamps change nothing; for invalid ones (decreasing entries) sequences may
 overlap, and the values of overlapping rows are unspecified, but every
 access stays in bounds.
@@ -225,4 +226,87 @@ def chunk_offsets_plan(n_seq: int, seq_len: int, chunk: int, output_name: str) -
         constexprs=dict(CHUNK=chunk, BLOCK=1024),
         num_warps=4,
         num_stages=1,
+    )
+
+
+@jit(sizes=("N", "T", "NS"))
+def zero_uncovered_kernel(x_in, cu_seqlens, chunk_offsets, N, T, NS, x, R: tl.constexpr, BT: tl.constexpr,
+                          BR: tl.constexpr, BN: tl.constexpr, CHUNK: tl.constexpr):  # fmt: skip
+    """Zero the rows of ``x [P, T, R]`` (in place; ``x_in`` is the same
+    buffer) that the op's kernels leave unwritten: rows no sequence covers
+    as :func:`sequence_bounds` clamps them and, for chunked kernels
+    (``CHUNK`` > 0, ``chunk_offsets`` and ``NS`` as :func:`sequence_chunks`
+    reads them), rows of chunks that got no slot (only where ``cu_seqlens``
+    breaks the contract: overlapping sequences can use up the slots).
+    That is what a packed output's zero fill did for those rows, without
+    writing the rows the kernels write anyway.
+
+    Program ``(i, p)`` takes rows ``[i*BT, (i+1)*BT)`` of slice ``p``: it
+    reads every sequence's bounds, ``BN`` at a time, and returns at once
+    where they cover its rows (the valid case); else it writes zeros in the
+    rows left, ``BR`` columns at a time.  Those rows are any set (clamped
+    sequences leave gaps where ``cu_seqlens`` decreases)."""
+    rows = tl.program_id(0).to(tl.int64) * BT + tl.arange(0, BT)
+    covered = tl.zeros([BT], dtype=tl.int32)
+    for n0 in range(0, N, BN):
+        o_n = n0 + tl.arange(0, BN)
+        m_n = o_n < N
+        bos = tl.load(cu_seqlens + o_n, mask=m_n, other=0).to(tl.int64)
+        eos = tl.load(cu_seqlens + o_n + 1, mask=m_n, other=0).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), T)
+        eos = tl.minimum(tl.maximum(eos, bos), T)
+        if CHUNK > 0:
+            slot0 = tl.load(chunk_offsets + o_n, mask=m_n, other=0).to(tl.int64)
+            slot0 = tl.minimum(tl.maximum(slot0, 0), NS)
+            n_chunks = tl.minimum(tl.cdiv(eos - bos, CHUNK), NS - slot0)
+            eos = tl.minimum(eos, bos + n_chunks * CHUNK)
+        inside = (bos[None, :] <= rows[:, None]) & (rows[:, None] < eos[None, :]) & m_n[None, :]
+        covered = tl.maximum(covered, tl.max(inside.to(tl.int32), axis=1))
+    zero = (covered == 0) & (rows < T)
+    if tl.max(zero.to(tl.int32), axis=0) > 0:
+        base = (tl.program_id(1).to(tl.int64) * T + rows) * R
+        for r0 in range(0, R, BR):
+            o_r = r0 + tl.arange(0, BR)
+            tl.store(x + base[:, None] + o_r[None, :], tl.zeros([BT, BR], dtype=x.dtype.element_ty),
+                     mask=zero[:, None] & (o_r < R)[None, :])  # fmt: skip
+
+
+def zero_uncovered_plan(
+    name: str, shape: tuple[int, ...], dtype: str, axis: int, n_seq: int, chunk: int = 0, n_slots: int = 0
+) -> LaunchPlan:
+    """The launch that zeroes, in place, the rows of output ``name``
+    (``shape``, ``dtype``; its time axis ``axis``, of packed input's ``B *
+    T == T`` rows) that the op's kernels leave unwritten
+    (:func:`zero_uncovered_kernel`): rows no sequence of input ``cu_seqlens
+    [n_seq+1]`` covers and, for kernels that take ``chunk``-row chunks by
+    slot (input ``chunk_offsets``, ``n_slots`` slots), rows of chunks with
+    no slot.  The output can then be allocated unfilled and this launch run
+    after the kernels, where a zero fill would write the whole buffer
+    before them."""
+    P = 1
+    for d in shape[:axis]:
+        P *= d
+    R = 1
+    for d in shape[axis + 1 :]:
+        R *= d
+    T = shape[axis]
+    BT = 64
+    BR = min(max(16, triton.next_power_of_2(R)), max(16, 8192 // BT))
+    return LaunchPlan(
+        kernel=zero_uncovered_kernel,
+        grid=(triton.cdiv(T, BT), P),
+        params=(
+            In(name),
+            In("cu_seqlens"),
+            In("chunk_offsets" if chunk else "cu_seqlens"),
+            n_seq,
+            T,
+            n_slots,
+        ),
+        outputs=(OutputSpec(tuple(shape), dtype),),
+        output_names=(name,),
+        constexprs=dict(R=R, BT=BT, BR=BR, BN=32, CHUNK=chunk),
+        num_warps=4,
+        num_stages=1,
+        aliases=((0, name),),
     )
