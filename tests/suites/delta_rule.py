@@ -102,26 +102,38 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
             assert_close(fw.numpy(got[name]), ref_grads[name], dtype, f"d_{name}")
 
 
-@contextlib.contextmanager
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
     ``G_WHOLE``, ``L2_IN_KERNELS``, ``GRAM_APART``, ``TILE_OVERRIDES``)
     changed inside the block."""
-    from core_triton.delta_rule import chunk, gated_delta_rule
+    from core_triton.delta_rule import chunk
 
-    before = {name: getattr(chunk, name) for name in settings}
+    return module_settings(fw, chunk, **settings)
+
+
+@contextlib.contextmanager
+def module_settings(fw, module, **settings):
+    """Plan both modes and the decoding step with ``module``'s settings
+    changed inside the block (every plan cache cleared on the way in and
+    out)."""
+    from core_triton.delta_rule import gated_delta_rule, step
+
+    def clear():
+        gated_delta_rule._make_plans.cache_clear()
+        step._make.cache_clear()
+        fw.clear_caches()
+
+    before = {name: getattr(module, name) for name in settings}
     for name, value in settings.items():
-        setattr(chunk, name, value)
-    gated_delta_rule._make_plans.cache_clear()
-    fw.clear_caches()
+        setattr(module, name, value)
+    clear()
     try:
         yield
     finally:
         for name, value in before.items():
-            setattr(chunk, name, value)
-        gated_delta_rule._make_plans.cache_clear()
-        fw.clear_caches()
+            setattr(module, name, value)
+        clear()
 
 
 class DeltaRuleSuite(KernelLevelCases):
@@ -203,6 +215,29 @@ class DeltaRuleSuite(KernelLevelCases):
             infos = {n: _info(self.fw.array(a)) for n, a in x.items() if n != "initial_state"}
             plans = core.plans(**infos, use_qk_l2norm=True, mode="chunk")
             assert not any(p.kernel is l2norm_fwd_kernel for p in plans.forward)
+            assert any(p.kernel is l2norm_fwd_kernel for p in plans.backward)
+
+    @pytest.mark.parametrize("gate", ["g", "gk"])
+    @pytest.mark.parametrize("in_kernel", [True, False], ids=["in_kernel", "apart"])
+    def test_recurrent_l2_norm(self, gate, in_kernel):
+        # The recurrent forward normalising q and k rows itself
+        # (recurrent.L2_IN_KERNEL, the default) or reading l2norm.py's
+        # launches, on rows of norms from 0.2 to 5, packed.
+        self._kernel_level()
+        from core_triton.delta_rule import gated_delta_rule as core
+        from core_triton.delta_rule import recurrent
+        from core_triton.delta_rule.l2norm import l2norm_fwd_kernel
+
+        x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=14)
+        rng = np.random.default_rng(14)
+        for name in ("query", "key"):
+            x[name] = x[name] * rng.uniform(0.2, 5.0, x[name].shape[:-1])[..., None]
+        with module_settings(self.fw, recurrent, L2_IN_KERNEL=in_kernel):
+            check_case(self.fw, self._fn("recurrent", l2=True), x, cu, cots, l2=True)
+            infos = {n: _info(self.fw.array(a)) for n, a in x.items()}
+            cu_info = _info(self.fw.array(cu, "int32"))
+            plans = core.plans(**infos, cu_seqlens=cu_info, use_qk_l2norm=True, mode="recurrent")
+            assert any(p.kernel is l2norm_fwd_kernel for p in plans.forward) is not in_kernel
             assert any(p.kernel is l2norm_fwd_kernel for p in plans.backward)
 
     @pytest.mark.parametrize("strength", [2.0, -9.0])
