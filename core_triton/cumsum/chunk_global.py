@@ -44,4 +44,5 @@ def plans(
         scale=scale,
         head_first=head_first,
         out_dtype=out_dtype,
+        zero_uncovered=True,
     )

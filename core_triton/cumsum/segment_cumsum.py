@@ -60,6 +60,7 @@ def segment_cumsum_kernel(
     UNIT: tl.constexpr,
     PASS: tl.constexpr,
     BJ: tl.constexpr,
+    FT: tl.constexpr,
 ):
     # Bit k of DIV16 (UNIT): the k-th of (xb, xt, xh, xs, ob, ot, oh, os) is
     # a multiple of 16 (equal to 1) whatever the length.  The layout Triton
@@ -76,7 +77,6 @@ def segment_cumsum_kernel(
     F = stride_hint(F, (DIV16 & 256) != 0, False)  # bit 8: the feature count
     i_w = tl.program_id(0)
     i_b = tl.program_id(1).to(tl.int64)
-    i_f = tl.program_id(2)
 
     # Window [ws, we) of the packed or batched time axis; the sequence's
     # chunks are slots [first, last).
@@ -97,42 +97,47 @@ def segment_cumsum_kernel(
         first = i_w.to(tl.int64) * 0
         last = first + (T + CHUNK - 1) // CHUNK
 
-    o_f = i_f * BF + tl.arange(0, BF)
-    m_f = o_f < F
-    o_h = (o_f // S).to(tl.int64)
-    o_s = (o_f % S).to(tl.int64)
-    off_x = i_b * stride_xb + o_h * stride_xh + o_s * stride_xs
-    off_o = i_b * stride_ob + o_h * stride_oh + o_s * stride_os
+    # FT feature tiles per program, one after another: a packed window's
+    # lookup (a binary search over chunk_offsets, then its bounds) is paid
+    # once for them.
+    for i_ft in range(FT):
+        i_f = tl.program_id(2) * FT + i_ft
+        o_f = i_f * BF + tl.arange(0, BF)
+        m_f = o_f < F
+        o_h = (o_f // S).to(tl.int64)
+        o_s = (o_f % S).to(tl.int64)
+        off_x = i_b * stride_xb + o_h * stride_xh + o_s * stride_xs
+        off_o = i_b * stride_ob + o_h * stride_oh + o_s * stride_os
 
-    carry = tl.zeros([BF], dtype=tl.float32)
-    if PASS == 2:
-        # Start from the totals of the sequence's other chunks on our side.
-        n_rows = tl.num_programs(1)
-        if REVERSE:
-            j_lo, j_hi = i_w.to(tl.int64) + 1, last
-        else:
-            j_lo, j_hi = first, tl.minimum(i_w.to(tl.int64), last)
-        # BJ chunk totals a load: a sequence of thousands of chunks costs
-        # thousands / BJ steps, not one step a chunk.
-        for j0 in range(j_lo, j_hi, BJ):
-            o_j = j0 + tl.arange(0, BJ).to(tl.int64)
-            rows = (i_b + o_j * n_rows) * F  # i_b is int64, so are the rows
-            m_j = (o_j < j_hi)[:, None] & m_f[None, :]
-            carry += tl.sum(tl.load(totals + rows[:, None] + o_f[None, :], mask=m_j, other=0), axis=0)
-    n_blocks = tl.cdiv(tl.maximum(we - ws, 0), BT).to(tl.int32)
-    for i in range(0, n_blocks):
-        if REVERSE:
-            o_t = we - (i + 1) * BT + tl.arange(0, BT).to(tl.int64)
-        else:
-            o_t = ws + i * BT + tl.arange(0, BT).to(tl.int64)
-        m = ((o_t >= ws) & (o_t < we))[:, None] & m_f[None, :]
-        b = tl.load(x + off_x[None, :] + o_t[:, None] * stride_xt, mask=m, other=0).to(tl.float32)
-        if PASS != 1:
-            y = tl.cumsum(b, axis=0, reverse=REVERSE) + carry[None, :]
-            if HAS_SCALE:
-                y = y * scale
-            tl.store(out + off_o[None, :] + o_t[:, None] * stride_ot, y.to(out.dtype.element_ty), mask=m)
-        carry += tl.sum(b, axis=0)
-    if PASS == 1:
-        row = (i_w.to(tl.int64) * tl.num_programs(1) + i_b) * F
-        tl.store(out + row + o_f, carry, mask=m_f)
+        carry = tl.zeros([BF], dtype=tl.float32)
+        if PASS == 2:
+            # Start from the totals of the sequence's other chunks on our side.
+            n_rows = tl.num_programs(1)
+            if REVERSE:
+                j_lo, j_hi = i_w.to(tl.int64) + 1, last
+            else:
+                j_lo, j_hi = first, tl.minimum(i_w.to(tl.int64), last)
+            # BJ chunk totals a load: a sequence of thousands of chunks costs
+            # thousands / BJ steps, not one step a chunk.
+            for j0 in range(j_lo, j_hi, BJ):
+                o_j = j0 + tl.arange(0, BJ).to(tl.int64)
+                rows = (i_b + o_j * n_rows) * F  # i_b is int64, so are the rows
+                m_j = (o_j < j_hi)[:, None] & m_f[None, :]
+                carry += tl.sum(tl.load(totals + rows[:, None] + o_f[None, :], mask=m_j, other=0), axis=0)
+        n_blocks = tl.cdiv(tl.maximum(we - ws, 0), BT).to(tl.int32)
+        for i in range(0, n_blocks):
+            if REVERSE:
+                o_t = we - (i + 1) * BT + tl.arange(0, BT).to(tl.int64)
+            else:
+                o_t = ws + i * BT + tl.arange(0, BT).to(tl.int64)
+            m = ((o_t >= ws) & (o_t < we))[:, None] & m_f[None, :]
+            b = tl.load(x + off_x[None, :] + o_t[:, None] * stride_xt, mask=m, other=0).to(tl.float32)
+            if PASS != 1:
+                y = tl.cumsum(b, axis=0, reverse=REVERSE) + carry[None, :]
+                if HAS_SCALE:
+                    y = y * scale
+                tl.store(out + off_o[None, :] + o_t[:, None] * stride_ot, y.to(out.dtype.element_ty), mask=m)
+            carry += tl.sum(b, axis=0)
+        if PASS == 1:
+            row = (i_w.to(tl.int64) * tl.num_programs(1) + i_b) * F
+            tl.store(out + row + o_f, carry, mask=m_f)

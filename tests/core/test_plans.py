@@ -18,9 +18,11 @@ def _info(shape, dtype="float32"):
 def test_local_grid_covers_every_chunk_of_packed_input():
     # N sequences add at most N partial chunks to cdiv(T, chunk).
     cu = _info((5,), "int32")
-    (p,) = chunk_local_cumsum.plans(_info((1, 1000, 4)), 64, cu_seqlens=cu).forward
+    p, zero = chunk_local_cumsum.plans(_info((1, 1000, 4)), 64, cu_seqlens=cu).forward
     assert p.grid[0] == cdiv(1000, 64) + 4
     assert p.constexprs["BT"] == 64 and p.outputs[0].shape == (1, 1000, 4)
+    # The launch that zeroes what no window covers knows the same slots.
+    assert zero.params[-1] == p.grid[0] and zero.constexprs["CHUNK"] == 64
 
 
 def test_backward_plan_flips_direction_and_keeps_input_dtype():
@@ -44,15 +46,27 @@ def test_global_scan_is_two_launches_over_fixed_chunks():
     assert split[1].grid[0] * split[1].grid[1] * split[1].grid[2] >= 1024
 
 
-def test_packed_outputs_are_zero_filled():
+def test_packed_outputs_are_zeroed_where_no_window_covers():
     # Tokens outside every sequence (traced cu_seqlens past seq_len) are
-    # written by no kernel; the plan zero-fills the output so they read 0.
+    # written by no scan; the public ops' plans leave the output unfilled
+    # and zero those rows in a last launch (in place), in both directions.
+    # Ops that take the scan as a step keep a zero-filled output.
+    from core_triton.common.sequences import zero_uncovered_kernel
+    from core_triton.cumsum import plan as cumsum_plan
+
     cu = _info((5,), "int32")
-    for p in (chunk_local_cumsum.plans(_info((1, 100, 4)), 16, cu_seqlens=cu).forward,
-              chunk_global_cumsum.plans(_info((1, 100, 4)), cu_seqlens=cu).forward):  # fmt: skip
-        assert p[-1].outputs[0].fill == 0.0
+    x = _info((1, 100, 4))
+    local = chunk_local_cumsum.plans(x, 16, cu_seqlens=cu)
+    for plans in (local, chunk_global_cumsum.plans(x, cu_seqlens=cu)):
+        for steps in (plans.forward, plans.backward(x)):
+            assert steps[-1].kernel is zero_uncovered_kernel and steps[-1].aliases == ((0, "out"),)
+            assert all(o.fill is None for p in steps for o in p.outputs)
     (p,) = chunk_local_cumsum.plans(_info((2, 100, 4)), 16).forward
     assert p.outputs[0].fill is None
+    (p,) = cumsum_plan.make_plans(
+        x, cu, chunk=16, reverse=False, scale=None, head_first=False, out_dtype="float32"
+    ).forward
+    assert p.outputs[0].fill == 0.0
 
 
 def test_cached_planners_still_check_every_call():

@@ -140,6 +140,28 @@ class CumsumSuite(KernelLevelCases):
         assert_close(fw.numpy(y), cumsum_ref(fw.numpy(x), 512, reverse, None, cu_ref, False), "float32")
         assert_close(fw.numpy(dx), cumsum_vjp_ref(fw.numpy(dy), 512, reverse, None, cu_ref, False), "float32")
 
+    @pytest.mark.parametrize("op", ["local", "global"])
+    @pytest.mark.parametrize("features", [150, 581], ids=["one_program", "two_programs"])
+    def test_packed_feature_tiles_per_program(self, op, features):
+        # Packed input: a program scans several 64-feature tiles of its
+        # window (150 features: three tiles in one program; 581: ten tiles,
+        # eight per program, the second program's last six past the end).
+        self._kernel_level()
+        fw = self.fw
+        rng = np.random.default_rng(4)
+        shape = (1, CU_SEQLENS[-1], features)
+        x, dy = fw.array(rng.standard_normal(shape)), fw.array(rng.standard_normal(shape))
+        cu = fw.array(CU_SEQLENS, "int32")
+        window = 4 if op == "local" else None
+        if op == "local":
+            fn = lambda v: fw.api.chunk_local_cumsum(v, 4, reverse=True, cu_seqlens=cu)  # noqa: E731
+        else:
+            fn = lambda v: fw.api.chunk_global_cumsum(v, reverse=True, cu_seqlens=cu)  # noqa: E731
+        y, dx = fw.vjp(fn, x, dy)
+        assert_close(fw.numpy(y), cumsum_ref(fw.numpy(x), window, True, None, CU_SEQLENS, False), "float32")
+        dref = cumsum_vjp_ref(fw.numpy(dy), window, True, None, CU_SEQLENS, False)
+        assert_close(fw.numpy(dx), dref, "float32", "gradient")
+
     @pytest.mark.parametrize("reverse", [False, True])
     def test_global_unequal_lengths(self, reverse):
         # The suffix sum of each sequence starts at its own last token.
