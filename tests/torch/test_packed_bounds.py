@@ -50,12 +50,14 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
     if T == 40 and chunk:
         assert not written[39]  # the case reaches the slot clamp
     shape = (3, T, 2, 7)  # R = 14 columns, not a power of 2
-    x = torch.full(shape, float("nan"), dtype=getattr(torch, dtype))
+    device = TorchFramework().device
+    x = torch.full(shape, float("nan"), dtype=getattr(torch, dtype), device=device)
     steps = [zero_uncovered_plan("o", shape, dtype, 1, n_seq, chunk, n_slots)]
     if chunk:
         steps.insert(0, chunk_offsets_plan(n_seq, T, chunk, "chunk_offsets"))
-    out = run_named(steps, {"o": x, "cu_seqlens": torch.tensor(cu, dtype=torch.int32)}, launch)["o"]
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    out = run_named(steps, {"o": x, "cu_seqlens": cu_t}, launch)["o"]
     assert out.data_ptr() == x.data_ptr()
-    got = out.float().numpy()
+    got = out.float().cpu().numpy()
     assert np.isnan(got[:, written]).all()
     assert (got[:, ~written] == 0).all()
