@@ -50,7 +50,6 @@ from core_triton.delta_rule.chunk_fwd_walk import delta_chunk_fwd_walk_kernel
 from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_fwd_wu_kernel
 from core_triton.delta_rule.chunk_gram import delta_chunk_gram_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
-from core_triton.delta_rule.naive import L2NORM_EPS as EPS
 
 # Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
 # needs 16).  Tests may set CHUNK to 16 or 32 (more chunks in short inputs).
@@ -79,12 +78,6 @@ WU_IN_WALK = True
 # per K tile, stores it and reads its blocks back (True), or forms each
 # block of G from k's blocks (False).
 G_WHOLE = True
-
-# With use_qk_l2norm, scalar (or no) gates, W S and Uv formed in the walk
-# and G whole: the forward's intra kernel and walk normalise q and k as
-# they read them (True), or read them from l2norm.py's launches (False).
-# The backward reads the launches' either way.
-L2_IN_KERNELS = False
 
 # Per-channel gates: P and G from a launch of their own, one block row per
 # program (chunk_gram.py), and the intra kernel only inverts (True); or the
@@ -258,10 +251,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
     p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
     g_whole = _tiles("intra", K, V, interpreted, a.gate)["G_WHOLE"]
-    l2_here = a.l2norm and L2_IN_KERNELS and wu_here and g_whole
-    qw, kw = ("query", "key") if l2_here else (q, k)
 
-    def intra_plan(store_bwd, l2_here=False):
+    def intra_plan(store_bwd):
         # The forward stores P only for a kernel that reads it (p_stored),
         # and G (scalar or no gates, with G_WHOLE) only to read its blocks
         # back; the backward, which runs this again, needs both whole.
@@ -291,17 +282,14 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         scratch = OutputSpec((1,), "float32")
         full_g = store_bwd or g_whole
         full_p = store_bwd or p_stored
-        qi, ki = (qw, kw) if l2_here else (q, k)
         intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
             lambda t: (NS, B * HV),
-            params=(In(qi), In(ki), In("beta"), gc, cu, co, *slot_sizes),
+            params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
-            constexprs=dict(
-                flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False, STORE_P=p_stored, L2_HERE=l2_here, EPS=EPS
-            ),
+            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False, STORE_P=p_stored),
         )
         return (intra,)
 
@@ -350,8 +338,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         delta_chunk_fwd_walk_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
         params=(
-            In(qw),
-            In(kw),
+            In(q),
+            In(k),
             optional("kd", not wu_here),
             optional("w", not wu_here),
             optional("uv", not wu_here),
@@ -370,7 +358,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here, L2_HERE=l2_here, EPS=EPS),
+        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here),
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
@@ -384,8 +372,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     )
     forward = (
         *pre,
-        *(() if l2_here else normalize),
-        *intra_plan(False, l2_here),
+        *normalize,
+        *intra_plan(False),
         *(() if wu_here else (wu_plan(store_kd),)),
         *tail,
         *uncovered,

@@ -54,15 +54,6 @@ def rows_tile_t(p, o_t, m_t, H: tl.constexpr, i_h, D: tl.constexpr, o_d, m_d):
 
 
 @triton.jit
-def l2_normalized(x, EPS: tl.constexpr):
-    """Rows of a ``[rows, K]`` tile (all of K) L2-normalised as l2norm.py
-    does, in the tile's dtype (what its launch would have stored)."""
-    x32 = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=1) + EPS)
-    return (x32 * rstd[:, None]).to(x.dtype)
-
-
-@triton.jit
 def decayed_keys_t(k, gc, b_r, o_j, m_j, HK: tl.constexpr, HV: tl.constexpr, i_hk, i_h,
                    K: tl.constexpr, o_k, m_k):  # fmt: skip
     """``(k_j * exp(b_r - b_j))^T [BK, len(o_j)]`` float32: rows ``o_j``'s

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-from core_triton.delta_rule.chunk_common import l2_normalized, rows_tile, rows_tile_t, state_tile
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t, state_tile
 
 
 @jit(sizes=("T", "NT", "NS"))
@@ -81,8 +81,6 @@ def delta_chunk_fwd_walk_kernel(
     IEEE: tl.constexpr,
     P_FROM_AQK: tl.constexpr,
     WU_HERE: tl.constexpr,
-    L2_HERE: tl.constexpr = False,
-    EPS: tl.constexpr = 0.0,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
@@ -117,8 +115,6 @@ def delta_chunk_fwd_walk_kernel(
             # (scalar or no gates), k S in k's dtype as W S was in W's.
             tl.static_assert(GATE != 2)
             b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            if L2_HERE:
-                b_k = l2_normalized(b_k, EPS)
             b_ks = dot(b_k, S.to(b_k.dtype), PREC)
             if GATE == 1:
                 b_ks = b_ks * tl.exp(b_g)[:, None]
@@ -133,9 +129,6 @@ def delta_chunk_fwd_walk_kernel(
             b_u = b_uv.to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
 
         b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
-        if L2_HERE:
-            tl.static_assert(WU_HERE)  # (k is normalised there)
-            b_q = l2_normalized(b_q, EPS)
         if GATE == 2:
             acc = dot(b_q.to(tl.float32) * tl.exp(b_gk), S, PREC)
         else:

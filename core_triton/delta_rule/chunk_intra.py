@@ -312,8 +312,6 @@ def delta_chunk_intra_kernel(
     STORE_P: tl.constexpr,
     GKK_IN: tl.constexpr = False,
     G_WHOLE: tl.constexpr = False,
-    L2_HERE: tl.constexpr = False,
-    EPS: tl.constexpr = 0.0,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
@@ -365,33 +363,16 @@ def delta_chunk_intra_kernel(
         o_rr = tl.arange(0, BT)
         acc_q = tl.zeros([BT, BT], dtype=tl.float32)
         acc_k = tl.zeros([BT, BT], dtype=tl.float32)
-        # With L2_HERE: the rows' squared norms (of q, of k as rows and as
-        # columns), to scale the products by afterwards.
-        ss_q = tl.zeros([BT], dtype=tl.float32)
-        ss_k = tl.zeros([BT], dtype=tl.float32)
-        ss_kt = tl.zeros([BT], dtype=tl.float32)
         for i_k in range(0, tl.cdiv(K, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             m_k = o_k < K
             b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
-            if L2_HERE:
-                ss_kt += tl.sum(b_kt.to(tl.float32) * b_kt.to(tl.float32), axis=0)
             if STORE_BWD or STORE_P:
                 b_q = rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k)
                 acc_q += dot(b_q, b_kt, PREC)
-                if L2_HERE:
-                    ss_q += tl.sum(b_q.to(tl.float32) * b_q.to(tl.float32), axis=1)
             if STORE_BWD or G_WHOLE:
                 b_k = rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
                 acc_k += dot(b_k, b_kt, PREC)
-                if L2_HERE:
-                    ss_k += tl.sum(b_k.to(tl.float32) * b_k.to(tl.float32), axis=1)
-        if L2_HERE:
-            # P and G of the L2-normalised rows (the forward only).
-            tl.static_assert(not STORE_BWD)
-            r_kt = 1.0 / tl.sqrt(ss_kt + EPS)
-            acc_q = acc_q * (1.0 / tl.sqrt(ss_q + EPS))[:, None] * r_kt[None, :]
-            acc_k = acc_k * (1.0 / tl.sqrt(ss_k + EPS))[:, None] * r_kt[None, :]
         valid = m_r[:, None] & m_r[None, :]
         keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
         keep_k = valid & (o_rr[:, None] > o_rr[None, :])

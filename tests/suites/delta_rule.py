@@ -105,7 +105,7 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
-    ``G_WHOLE``, ``L2_IN_KERNELS``, ``GRAM_APART``, ``TILE_OVERRIDES``)
+    ``G_WHOLE``, ``GRAM_APART``, ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk
 
@@ -190,32 +190,6 @@ class DeltaRuleSuite(KernelLevelCases):
         }[route]
         with chunk_settings(self.fw, **settings):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
-
-    @pytest.mark.parametrize("gate", ["g", None])
-    @pytest.mark.parametrize("route", ["p_in_walk", "p_in_intra"])
-    @pytest.mark.parametrize("packed", [False, True], ids=["batched", "packed"])
-    def test_l2_norm_in_kernels(self, gate, route, packed):
-        # The forward normalising q and k inside the intra kernel and the
-        # walk (L2_IN_KERNELS), P formed in the walk or stored by the intra
-        # kernel, on rows of norms from 0.2 to 5 (the normalisation shows).
-        self._kernel_level()
-        x, cu, cots = make_case(self.fw, gate=gate, packed=packed, seed=13)
-        rng = np.random.default_rng(13)
-        for name in ("query", "key"):
-            x[name] = x[name] * rng.uniform(0.2, 5.0, x[name].shape[:-1])[..., None]
-        settings = dict(L2_IN_KERNELS=True)
-        if route == "p_in_intra":
-            settings["TILE_OVERRIDES"] = {"walk_wu": {"P_FROM_AQK": True}}
-        with chunk_settings(self.fw, **settings):
-            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
-            # The forward runs no normalisation launch (the backward does).
-            from core_triton.delta_rule import gated_delta_rule as core
-            from core_triton.delta_rule.l2norm import l2norm_fwd_kernel
-
-            infos = {n: _info(self.fw.array(a)) for n, a in x.items() if n != "initial_state"}
-            plans = core.plans(**infos, use_qk_l2norm=True, mode="chunk")
-            assert not any(p.kernel is l2norm_fwd_kernel for p in plans.forward)
-            assert any(p.kernel is l2norm_fwd_kernel for p in plans.backward)
 
     @pytest.mark.parametrize("gate", ["g", "gk"])
     @pytest.mark.parametrize("in_kernel", [True, False], ids=["in_kernel", "apart"])
