@@ -15,7 +15,8 @@ token):
    (chunk_fwd_walk.py; for scalar or no gates from ``tinv``, the values
    and beta); beyond K = 128, ``h``, ``u``, ``final`` (the state entering
    each chunk and the updates: chunk_fwd_state.py) and then ``o``
-   (chunk_fwd_output.py).
+   (chunk_fwd_output.py); for packed input, zeros in the rows of ``o``
+   that no chunk covers (common/sequences.py).
 
 Backward (from ``do`` and ``dht``): steps 1-2 again (only ``gc`` is kept
 from the forward), ``h`` and ``u`` (chunk_fwd_state.py), then
