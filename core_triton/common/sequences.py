@@ -49,6 +49,17 @@ def sequence_bounds(cu_seqlens, i_n, T, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
+def block_bounds(cu_seqlens, i, m, T):
+    """``(bos, eos)`` int64 of sequences ``i`` (a block of indices, ``m``
+    the valid ones: 0 elsewhere), clamped as :func:`sequence_bounds` does."""
+    bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
+    eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
+    bos = tl.minimum(tl.maximum(bos, 0), T)
+    eos = tl.minimum(tl.maximum(eos, bos), T)
+    return bos, eos
+
+
+@triton.jit
 def sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
     """``(bos, eos, slot0, n_chunks)`` of sequence ``i_n``: its rows, the slot
     of its first chunk of ``BT`` rows, and how many of its chunks have a
@@ -204,10 +215,7 @@ def chunk_offsets_kernel(cu_seqlens, N, T, out, CHUNK: tl.constexpr, BLOCK: tl.c
     for b0 in range(0, N, BLOCK):
         i = b0 + tl.arange(0, BLOCK)
         m = i < N
-        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
-        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), T)
-        eos = tl.minimum(tl.maximum(eos, bos), T)
+        bos, eos = block_bounds(cu_seqlens, i, m, T)
         n = tl.where(m, (eos - bos + CHUNK - 1) // CHUNK, 0).to(tl.int32)
         tl.store(out + 1 + i, tl.cumsum(n, axis=0) + carry, mask=m)
         carry += tl.sum(n, axis=0)
@@ -251,10 +259,7 @@ def zero_uncovered_kernel(x_in, cu_seqlens, chunk_offsets, N, T, NS, x, R: tl.co
     for n0 in range(0, N, BN):
         o_n = n0 + tl.arange(0, BN)
         m_n = o_n < N
-        bos = tl.load(cu_seqlens + o_n, mask=m_n, other=0).to(tl.int64)
-        eos = tl.load(cu_seqlens + o_n + 1, mask=m_n, other=0).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), T)
-        eos = tl.minimum(tl.maximum(eos, bos), T)
+        bos, eos = block_bounds(cu_seqlens, o_n, m_n, T)
         if CHUNK > 0:
             slot0 = tl.load(chunk_offsets + o_n, mask=m_n, other=0).to(tl.int64)
             slot0 = tl.minimum(tl.maximum(slot0, 0), NS)
