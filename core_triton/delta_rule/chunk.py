@@ -193,7 +193,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     inter = "float32" if ieee else a.dtype
     interpreted = is_interpreted(delta_chunk_intra_kernel)
     empty = rows == 0
-    token_fill = 0.0 if a.packed else None
     gate = {SCALAR_GATE: "g", VECTOR_GATE: "gk"}.get(a.gate)
     use_h0 = "initial_state" in dtypes
     q, k = steps.query_key_names(a)
@@ -363,21 +362,28 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
-    # Packed input: the output's rows that no chunk slot covers (traced
-    # cu_seqlens that break the contract) get 0 from a launch that writes
-    # only those rows, instead of a zero fill of the whole output before
-    # the kernels write it again (H100, B1 T32k HV32 V128 bf16: 0.08 ms, 3%
-    # of the forward).
-    uncovered = (
-        (sequences.zero_uncovered_plan("o", (B, T, HV, V), a.dtype, 1, N, BT, NS),) if a.packed else ()
-    )
+
+    def uncovered(plan, names):
+        # Packed input: the rows of these outputs of ``plan`` (their time
+        # axis second) that no chunk slot covers (traced cu_seqlens that
+        # break the contract) get 0 from a launch that writes only those
+        # rows, instead of a zero fill of the whole output before the
+        # kernels write it again (H100, B1 T32k HV32 V128 bf16: the forward
+        # output's 0.08 ms, 3% of the forward).
+        if not a.packed:
+            return ()
+        specs = dict(zip(plan.output_names, plan.outputs, strict=True))
+        return tuple(
+            sequences.zero_uncovered_plan(n, specs[n].shape, specs[n].dtype, 1, N, BT, NS) for n in names
+        )
+
     forward = (
         *pre,
         *normalize,
         *intra_plan(False),
         *(() if wu_here else (wu_plan(store_kd),)),
         *tail,
-        *uncovered,
+        *uncovered(tail[-1], ("o",)),
     )
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
@@ -424,8 +430,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             rows,
         ),  # fmt: skip
         outputs=(
-            OutputSpec((B, T, HV, V), a.dtype, token_fill),
-            OutputSpec((NK, rows, HV), "float32", token_fill),
+            OutputSpec((B, T, HV, V), a.dtype),
+            OutputSpec((NK, rows, HV), "float32"),
             per_chunk,
             per_chunk,
             extra,
@@ -438,8 +444,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     )
     db_spec = {
         NO_GATE: OutputSpec((1,), "float32"),
-        SCALAR_GATE: OutputSpec((NK, rows, HV), "float32", token_fill),
-        VECTOR_GATE: OutputSpec((B, T, HV, K), "float32", token_fill),
+        SCALAR_GATE: OutputSpec((NK, rows, HV), "float32"),
+        VECTOR_GATE: OutputSpec((B, T, HV, K), "float32"),
     }[a.gate]
     bwd_dqk = tiled(
         "bwd_dv",
@@ -463,8 +469,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             rows,
         ),  # fmt: skip
         outputs=(
-            OutputSpec((G, rows, HK, K), "float32", token_fill),
-            OutputSpec((G, rows, HK, K), "float32", token_fill),
+            OutputSpec((G, rows, HK, K), "float32"),
+            OutputSpec((G, rows, HK, K), "float32"),
             db_spec,
         ),
         output_names=("dq_parts", "dk_parts", "db_parts"),
@@ -478,7 +484,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         state,
         state_bwd,
         bwd_dv,
+        *uncovered(bwd_dv, ("d_value", "dbeta_parts")),
         bwd_dqk,
+        *uncovered(
+            bwd_dqk, ("dq_parts", "dk_parts", "db_parts") if a.gate != NO_GATE else ("dq_parts", "dk_parts")
+        ),
     ]
     backward += steps.gradient_sums(a, G, NK, dtypes["beta"])
     offsets = [("chunk_offsets", BT)] if a.packed else []
