@@ -31,6 +31,7 @@ import triton.language as tl
 
 from core_triton.common.launch import In, LaunchPlan, OutputSpec
 from core_triton.common.runtime import jit
+from core_triton.common.utils import cdiv, next_power_of_2, prod
 
 
 @triton.jit
@@ -288,18 +289,12 @@ def zero_uncovered_plan(
     no slot.  The output can then be allocated unfilled and this launch run
     after the kernels, where a zero fill would write the whole buffer
     before them."""
-    P = 1
-    for d in shape[:axis]:
-        P *= d
-    R = 1
-    for d in shape[axis + 1 :]:
-        R *= d
-    T = shape[axis]
+    P, T, R = prod(shape[:axis]), shape[axis], prod(shape[axis + 1 :])
     BT = 64
-    BR = min(max(16, triton.next_power_of_2(R)), max(16, 8192 // BT))
+    BR = min(max(16, next_power_of_2(R)), max(16, 8192 // BT))
     return LaunchPlan(
         kernel=zero_uncovered_kernel,
-        grid=(triton.cdiv(T, BT), P),
+        grid=(cdiv(T, BT), P),
         params=(
             In(name),
             In("cu_seqlens"),

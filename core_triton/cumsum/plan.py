@@ -174,9 +174,9 @@ def plan(
     # Packed input: a program takes up to PACKED_FEATURE_TILES feature tiles
     # of its window (the kernel's FT), so that its window lookup is paid
     # once for them; batched input has no lookup.
-    ft = min(PACKED_FEATURE_TILES, cdiv(F, bf)) if varlen else 1
+    ft = max(1, min(PACKED_FEATURE_TILES, cdiv(F, bf))) if varlen else 1
     slots = cdiv(T, chunk) + (n_seq if varlen else 0)
-    grid = (slots, 1 if varlen else B, cdiv(F, bf * max(ft, 1)))
+    grid = (slots, 1 if varlen else B, cdiv(F, bf * ft))
     if B * T * F == 0:
         grid = (0, 0, 0)
     # What is known of each stride whatever the length (see the function).
@@ -232,7 +232,7 @@ def plan(
                 UNIT=unit,
                 PASS=pass_,
                 BJ=16,
-                FT=max(ft, 1),
+                FT=ft,
             ),
             num_warps=4,
             num_stages=2,

@@ -137,7 +137,7 @@ def delta_chunk_fwd_walk_kernel(
             acc = acc * tl.exp(b_g)[:, None]
         if not FROM_AQK or FROM_K:
             if WU_HERE:
-                b_kt = tl.trans(b_k)  # of loaded values, never a product (chunk_common.rows_tile_t)
+                b_kt = tl.trans(b_k)  # a loaded tile (never a product's: chunk_common.rows_tile_t)
             else:
                 b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
         if FROM_AQK:

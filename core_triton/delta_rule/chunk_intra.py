@@ -368,11 +368,9 @@ def delta_chunk_intra_kernel(
             m_k = o_k < K
             b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
             if STORE_BWD or STORE_P:
-                b_q = rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k)
-                acc_q += dot(b_q, b_kt, PREC)
+                acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
             if STORE_BWD or G_WHOLE:
-                b_k = rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
-                acc_k += dot(b_k, b_kt, PREC)
+                acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
         valid = m_r[:, None] & m_r[None, :]
         keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
         keep_k = valid & (o_rr[:, None] > o_rr[None, :])
