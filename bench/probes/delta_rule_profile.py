@@ -7,7 +7,7 @@ backward spend their time.  Same inputs as bench/delta_rule.py.
 ``TILES='[{"state": {"BV": 64}}, ...]'`` profiles our op once per entry
 (chunk.TILE_OVERRIDES, with the entry's ``"settings"`` set as chunk's
 module settings, e.g. ``{"settings": {"WU_IN_WALK": false}}``; fla once),
-``FWD_ONLY=1`` skips the backward.  Each line also gives the wall time per
+``FWD_ONLY=1`` skips the backward, ``NO_FLA=1`` fla.  Each line also gives the wall time per
 call (bench.common.timed).
 """
 
@@ -74,7 +74,8 @@ def main(argv):
     variants = json.loads(os.environ.get("TILES", "[{}]"))
     impls = [(f"ours {json.dumps(v)}", _ours(torch_api), v) for v in variants]
     try:
-        impls.append(("fla", _fla(op), None))
+        if not os.environ.get("NO_FLA"):
+            impls.append(("fla", _fla(op), None))
     except Exception as e:  # noqa: BLE001
         print("no fla:", e)
     for name, fn, tiles in impls:

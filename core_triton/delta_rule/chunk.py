@@ -6,8 +6,8 @@ token):
 1. ``gc``: the in-chunk cumsum of ``g`` / ``gk`` (the cumsum kernel,
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
 2. ``tinv`` (and ``aqk``, ``gkk`` where a later launch reads them):
-   per-chunk matrices (chunk_intra.py; for per-channel gates ``aqk`` and
-   ``gkk`` from chunk_gram.py first), and for per-channel gates (or with
+   per-chunk matrices (chunk_intra.py; for per-channel gates after the
+   diagonal blocks of ``P`` and ``G``, chunk_diag.py), and for per-channel gates (or with
    ``WU_IN_WALK`` off, or beyond K = 128) ``w``, ``uv``, ``kd``
    (chunk_fwd_wu.py);
 3. ``o``, ``final``: one walk over the chunks carrying the state, which
@@ -45,11 +45,11 @@ from core_triton.delta_rule.args import NO_GATE, SCALAR_GATE, VECTOR_GATE, Delta
 from core_triton.delta_rule.chunk_bwd_dqk import delta_chunk_bwd_dqk_kernel
 from core_triton.delta_rule.chunk_bwd_dv import delta_chunk_bwd_dv_kernel
 from core_triton.delta_rule.chunk_bwd_state import delta_chunk_bwd_state_kernel
+from core_triton.delta_rule.chunk_diag import delta_chunk_diag_kernel
 from core_triton.delta_rule.chunk_fwd_output import delta_chunk_fwd_output_kernel
 from core_triton.delta_rule.chunk_fwd_state import delta_chunk_fwd_state_kernel
 from core_triton.delta_rule.chunk_fwd_walk import delta_chunk_fwd_walk_kernel
 from core_triton.delta_rule.chunk_fwd_wu import delta_chunk_fwd_wu_kernel
-from core_triton.delta_rule.chunk_gram import delta_chunk_gram_kernel
 from core_triton.delta_rule.chunk_intra import delta_chunk_intra_kernel
 
 # Tokens per chunk, and rows per block of the per-chunk matrices (tl.dot
@@ -80,10 +80,9 @@ WU_IN_WALK = True
 # block of G from k's blocks (False).
 G_WHOLE = True
 
-# Per-channel gates: P and G from a launch of their own, one block row per
-# program (chunk_gram.py), and the intra kernel only inverts (True); or the
-# intra kernel forms them, a chunk per program (False).
-GRAM_APART = True
+# Per-channel gates: the W/Uv launch of the backward stores q exp(b) for the
+# backward state pass (True), or that pass forms it (False).
+Q_DECAYED = True
 
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
@@ -99,26 +98,19 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
     # (their loop loads W, Kd and Uv per chunk) sets the pipelining.
     t = {
         # The triangular inverse wants few warps (its row sums then stay
-        # inside one), the per-channel blocks' products more (H100, B4 T4k
-        # HV32 K=V=128 bf16: scalar gates 0.60 ms with 2 warps, 0.72 with 1,
-        # 0.79 with 4, while it still formed P and G whole (0.39 ms since);
-        # per-channel 1.53 ms with 4, 2.22 with 2, 2.42 with 8, and with
-        # K tiles of 32 1.33, of 128 3.07: the block row's tiles and factors
-        # stay in registers without spilling).
+        # inside one: H100, B4 T4k HV32 K=V=128 bf16, scalar gates 0.60 ms
+        # with 2 warps, 0.72 with 1, 0.79 with 4, while it still formed P
+        # and G whole (0.39 ms since)).  Per-channel gates form the blocks
+        # below the diagonal here too.
         "intra": dict(
             BK=min(kp, 32 if gate == VECTOR_GATE else 64),
-            num_warps=4 if gate == VECTOR_GATE else 2,
+            num_warps=2,
             num_stages=1,
             G_WHOLE=G_WHOLE and gate != VECTOR_GATE,
         ),
-        # P and G of per-channel gates, a block row per program (H100, B4
-        # T4k HV32 K=V=128 bf16, forward / fwd+bwd: 2.50 / 14.20 ms with K
-        # tiles of 32 and 2 warps, 2.65 / 14.54 with 4 warps, 2.88 / 14.94
-        # with tiles of 64; formed in the intra kernel 2.73 / 14.69).
-        "gram": dict(BK=min(kp, 32), num_warps=2, num_stages=1),
-        # The intra kernel inverting G from gram (per-channel gates; 4 warps
-        # 2.94 ms forward).
-        "inverse": dict(BK=min(kp, 64), num_warps=2, num_stages=1),
+        # The diagonal blocks of P and G of per-channel gates, one per
+        # program.
+        "diag": dict(BK=min(kp, 32), num_warps=1, num_stages=1),
         # W / Uv / Kd: 0.32 ms there, 0.35 with 8 warps, 0.36 with 2 stages.
         "wu": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=4, num_stages=1),
         # The state passes hold all of K (the update needs every row).
@@ -150,7 +142,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
     }[kernel]
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
-        tiled_k = ("intra", "gram", "inverse", "wu", "output", "bwd_dv")
+        tiled_k = ("intra", "diag", "wu", "output", "bwd_dv")
         t["BK"] = min(t["BK"], 32 if kernel in tiled_k else t["BK"])
         if "BV" in t:  # the intra kernel has no value tiles
             t["BV"] = min(t["BV"], 32)
@@ -256,59 +248,64 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         # The forward stores P only for a kernel that reads it (p_stored),
         # and G (scalar or no gates, with G_WHOLE) only to read its blocks
         # back; the backward, which runs this again, needs both whole.
-        # Per-channel gates with GRAM_APART: P and G from their own launch,
-        # the intra kernel only inverts.
-        if a.gate == VECTOR_GATE and GRAM_APART:
-            gram = tiled(
-                "gram",
-                delta_chunk_gram_kernel,
+        scratch = OutputSpec((1,), "float32")
+        if a.gate == VECTOR_GATE:
+            # Per-channel gates: the diagonal blocks of P and G from their own
+            # launch, the intra kernel forms the others and inverts.
+            diag_spec = OutputSpec((B, T, HV, BLOCK), "float32")
+            diag = tiled(
+                "diag",
+                delta_chunk_diag_kernel,
                 lambda t: (NS, B * HV, BT // BLOCK),
                 params=(In(q), In(k), gc, cu, co, *slot_sizes),
-                outputs=(per_chunk, per_chunk),
-                output_names=("aqk", "gkk"),
+                outputs=(diag_spec, diag_spec),
+                output_names=("pdiag", "gdiag"),
                 constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee),
             )
-            inverse = tiled(
+            intra = tiled(
                 "intra",
                 delta_chunk_intra_kernel,
                 lambda t: (NS, B * HV),
-                params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes, In("aqk"), In("gkk")),
-                outputs=(per_chunk,),
-                output_names=("tinv",),
-                constexprs=dict(flags, BC=BLOCK, STORE_BWD=False, GKK_IN=True, STORE_P=True),
-                tiles="inverse",
+                params=(In(q), In(k), In("beta"), gc, In("pdiag"), In("gdiag"), cu, co, *slot_sizes),
+                outputs=(per_chunk, per_chunk if store_bwd else scratch, per_chunk),
+                output_names=("aqk", "gkk", "tinv"),
+                constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, STORE_P=True),
             )
-            return (gram, inverse)
-        scratch = OutputSpec((1,), "float32")
+            return (diag, intra)
         full_g = store_bwd or g_whole
         full_p = store_bwd or p_stored
         intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
             lambda t: (NS, B * HV),
-            params=(In(q), In(k), In("beta"), gc, cu, co, *slot_sizes),
+            params=(In(q), In(k), In("beta"), gc, In("value"), In("value"), cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
-            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, GKK_IN=False, STORE_P=p_stored),
+            constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, STORE_P=p_stored),
         )
         return (intra,)
 
-    def wu_plan(store_kd):
+    def wu_plan(store_kd, store_qd=False):
         return tiled(
             "wu",
             delta_chunk_fwd_wu_kernel,
             lambda t: (NS, B * HV),
-            params=(In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
+            params=(In(q), In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
             outputs=(
                 OutputSpec((B, T, HV, K), inter),
                 OutputSpec((B, T, HV, V), inter),
                 OutputSpec((B, T, HV, K), inter) if store_kd else OutputSpec((1,), inter),
+                OutputSpec((B, T, HV, K), inter) if store_qd else OutputSpec((1,), inter),
             ),
-            output_names=("w", "uv", "kd"),
-            constexprs=dict(flags, STORE_KD=store_kd),
+            output_names=("w", "uv", "kd", "qd"),
+            constexprs=dict(flags, STORE_KD=store_kd, STORE_QD=store_qd),
         )
 
-    wu = wu_plan(True)
+    # The backward's state pass reads q exp(b) for per-channel gates (its
+    # decays formed once, not on the pass's serial walk once per value tile:
+    # H100, KDA B4 T4k HV32 K=V=128 bf16, that pass took 2.40 ms).
+    q_decayed = a.gate == VECTOR_GATE and Q_DECAYED
+    wu = wu_plan(True, q_decayed)
     # The walk of scalar (or no) gates reads k, not Kd (chunk_fwd_walk.py).
     store_kd = not fused or a.gate == VECTOR_GATE
     state = tiled(
@@ -392,14 +389,17 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         "state_bwd",
         delta_chunk_bwd_state_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
-        params=(In(q), In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
+        params=(
+            In("qd" if q_decayed else q),
+            *(In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
+        ),
         outputs=(
             OutputSpec((max(NS, 1), HV, K, V), "float32"),
             OutputSpec((B, T, HV, V), "float32"),
             OutputSpec((N, HV, K, V), dtypes["initial_state"]) if use_h0 else OutputSpec((1,), "float32"),
         ),
         output_names=("dh", "du", "d_initial_state"),
-        constexprs=dict(flags, USE_H0=use_h0),
+        constexprs=dict(flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
     )
     dblast_spec = {
         NO_GATE: OutputSpec((1,), "float32"),

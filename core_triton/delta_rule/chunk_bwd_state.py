@@ -12,10 +12,12 @@ first from the final state's cotangent ``dht``:
 
 and ``dS`` after the first chunk is the initial state's gradient.
 
-One program per (V tile, sequence x value head), all of K.  Inputs: ``q``,
-``kd``, ``w`` (chunk_intra.py), ``gc``, ``aqk``, ``do [B*T, HV, V]``, ``dht``,
-``cu_seqlens``, ``chunk_offsets``.  Outputs: ``dh [slots, HV, K, V]``, ``du
-[B*T, HV, V]`` float32 and ``dh0 [N, HV, K, V]``.
+One program per (V tile, sequence x value head), all of K.  Inputs: ``q``
+(with ``Q_DECAYED``, per-channel gates: ``Qd = q exp(b)`` from
+chunk_fwd_wu.py, ``[B*T, HV, K]``), ``kd``, ``w`` (chunk_fwd_wu.py),
+``gc``, ``aqk``, ``do [B*T, HV, V]``, ``dht``, ``cu_seqlens``,
+``chunk_offsets``.  Outputs: ``dh [slots, HV, K, V]``, ``du [B*T, HV, V]``
+float32 and ``dh0 [N, HV, K, V]``.
 """
 
 import triton.language as tl
@@ -54,6 +56,7 @@ def delta_chunk_bwd_state_kernel(
     USE_H0: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    Q_DECAYED: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
@@ -72,13 +75,17 @@ def delta_chunk_bwd_state_kernel(
         m_t = o_t < te
         last = te - 1
         b_kd = rows_tile(kd, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
-        b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        if Q_DECAYED:
+            b_qt = rows_tile_t(q, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
+        else:
+            b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
         decay_last = tl.zeros([BK], dtype=tl.float32) + 1.0
         if GATE == 1:
             b_qt = b_qt * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[None, :]
             decay_last = decay_last * tl.exp(tl.load(gc + last * HV + i_h))
         if GATE == 2:
-            b_qt = b_qt * tl.exp(rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
+            if not Q_DECAYED:
+                b_qt = b_qt * tl.exp(rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
             decay_last = tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))
         # P^T loaded as such: element (j, i) = P[i, j], i >= j.
         b_pt = tl.load(

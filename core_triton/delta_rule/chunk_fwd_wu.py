@@ -6,10 +6,13 @@ One program per (chunk slot, batch row x value head):
     W  = Tinv (beta k exp(b))        [BT, K]
     Uv = Tinv (beta v)               [BT, V]
     Kd = k exp(b_last - b)           [BT, K]
+    Qd = q exp(b)                    [BT, K]  (per-channel gates' backward)
 
-(per key channel for ``gk``).  Outputs ``w``, ``kd [B*T, HV, K]`` and
-``uv [B*T, HV, V]``: float32, or the inputs' dtype for half inputs
-(chunk.py), computed in float32 and rounded once.
+(per key channel for ``gk``).  Outputs ``w``, ``kd``, ``qd [B*T, HV, K]``
+and ``uv [B*T, HV, V]``: float32, or the inputs' dtype for half inputs
+(chunk.py), computed in float32 and rounded once.  ``Qd`` spares the
+backward state pass (chunk_bwd_state.py) the per-channel decays of every
+chunk, once per value tile, on its serial walk.
 """
 
 import triton.language as tl
@@ -22,6 +25,7 @@ from core_triton.delta_rule.chunk_common import rows_tile
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def delta_chunk_fwd_wu_kernel(
+    q,
     k,
     v,
     beta,
@@ -37,6 +41,7 @@ def delta_chunk_fwd_wu_kernel(
     w,
     uv,
     kd,
+    qd,
     HK: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -48,6 +53,7 @@ def delta_chunk_fwd_wu_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
     STORE_KD: tl.constexpr,
+    STORE_QD: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_s = tl.program_id(0)
@@ -92,6 +98,9 @@ def delta_chunk_fwd_wu_kernel(
         tl.store(w + p_w, dot(b_tinv, b_kb, PREC), mask=m_t[:, None] & m_k[None, :])
         if STORE_KD:
             tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
+        if STORE_QD:
+            b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+            tl.store(qd + p_w, b_q * tl.exp(b_gk), mask=m_t[:, None] & m_k[None, :])
     for i_v in range(0, tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V

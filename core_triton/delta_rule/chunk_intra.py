@@ -18,16 +18,16 @@ the chunk's Householder-like factors; chunk_fwd_state.py carries ``S``).
 
 One program per (chunk slot, batch row x value head), in two phases:
 
-A. ``P`` and ``G``: ``BC x BC`` blocks for per-channel gates (chunk_common.py:
-   their decays need the blocks), from chunk_gram.py's launch (``GKK_IN``,
-   what the plans use), or formed here: in the backward (``STORE_BWD``) ->
-   ``aqk``, ``gkk``, read back in blocks after a barrier (each program
-   reads only what it wrote), in the forward each block pair as phase B
-   takes it, ``P``'s -> ``aqk``, ``G``'s kept in registers.  Scalar (or
-   no) gates: whole-chunk products -> ``aqk``, ``gkk``, ``G``'s read back
-   the same way; the forward stores ``P`` only with ``STORE_P`` (else the
-   kernel that forms the outputs forms ``P`` itself), and ``G`` only with
-   ``G_WHOLE`` (else phase B forms ``G``'s blocks straight from ``k``'s);
+A. ``P`` and ``G``.  Per-channel gates: ``BC x BC`` blocks (chunk_common.py:
+   their decays need the blocks), the diagonal ones from chunk_diag.py's
+   launch (``pdiag``, ``gdiag``), those below it formed here in one pass
+   over K (off_diagonal_blocks) and kept in registers; ``P`` -> ``aqk``,
+   and ``G`` -> ``gkk`` in the backward (``STORE_BWD``).  Scalar (or no)
+   gates: whole-chunk products -> ``aqk``, ``gkk``, ``G``'s read back in
+   blocks after a barrier (each program reads only what it wrote); the
+   forward stores ``P`` only with ``STORE_P`` (else the kernel that forms
+   the outputs forms ``P`` itself), and ``G`` only with ``G_WHOLE`` (else
+   phase B forms ``G``'s blocks straight from ``k``'s);
 B. ``Tinv`` in ``BC x BC`` blocks held in registers (``NC = BT / BC`` up to
    4): the diagonal blocks by forward substitution (float32 inputs) or
    repeated squaring (half inputs: chunk_common.unit_lower_inverse), then
@@ -47,104 +47,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import (
-    decayed_keys_t,
-    diagonal_tile,
-    rows_tile,
-    rows_tile_t,
-    unit_lower_inverse,
-)
-
-
-@triton.jit
-def kept(blk_p, blk_g, m_i, ts, te, I: tl.constexpr, J: tl.constexpr, BC: tl.constexpr):
-    """Blocks ``(I, J)`` of ``P`` and ``G`` with 0 past the chunk's end and,
-    on the diagonal, above it (``P``) or from it on (``G``)."""
-    o_c = tl.arange(0, BC)
-    keep = m_i[:, None] & ((ts + J * BC + o_c) < te)[None, :]
-    keep_p = keep
-    keep_g = keep
-    if I == J:
-        keep_p = keep & (o_c[:, None] >= o_c[None, :])
-        keep_g = keep & (o_c[:, None] > o_c[None, :])
-    return tl.where(keep_p, blk_p, 0.0), tl.where(keep_g, blk_g, 0.0)
-
-
-@triton.jit
-def add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, J: tl.constexpr):
-    """The block row's accumulators with ``c_q``, ``c_k`` added to column
-    block ``J``'s (Triton has no indexable tuple of tensors)."""
-    if J == 0:
-        p0 += c_q
-        g0 += c_k
-    elif J == 1:
-        p1 += c_q
-        g1 += c_k
-    elif J == 2:
-        p2 += c_q
-        g2 += c_k
-    else:
-        p3 += c_q
-        g3 += c_k
-    return p0, p1, p2, p3, g0, g1, g2, g3
-
-
-@triton.jit
-def gram_row(
-    q, k, gc, ts, te, i_h, i_hk,
-    I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-    BK: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
-    """Block row ``I`` of ``P`` (diagonal included) and of ``G`` (strictly
-    lower) for per-channel gates: ``(p0, p1, p2, p3, g0, g1, g2, g3)``, the
-    ``[BC, BC]`` float32 blocks of columns ``J`` (0 for ``J > I`` and past
-    the chunk's end).  Row block ``I``'s tiles are loaded, and scaled by the
-    decay from its first row, once per K tile for all its blocks ``J < I``
-    (scalar gates take the whole chunk at once in the kernel)."""
-    o_c = tl.arange(0, BC)
-    o_i = ts + I * BC + o_c
-    m_i = o_i < te
-    p0 = tl.zeros([BC, BC], dtype=tl.float32)
-    p1 = tl.zeros([BC, BC], dtype=tl.float32)
-    p2 = tl.zeros([BC, BC], dtype=tl.float32)
-    p3 = tl.zeros([BC, BC], dtype=tl.float32)
-    g0 = tl.zeros([BC, BC], dtype=tl.float32)
-    g1 = tl.zeros([BC, BC], dtype=tl.float32)
-    g2 = tl.zeros([BC, BC], dtype=tl.float32)
-    g3 = tl.zeros([BC, BC], dtype=tl.float32)
-    # Block I's first row (the chunk's last when block I lies past it).
-    r = tl.minimum(ts + I * BC, te - 1)
-    for i_k in range(0, tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_k = o_k < K
-        b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
-        b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
-        b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
-        if I > 0:
-            # Earlier blocks J: exp(b_i - b_r) * exp(b_r - b_j), both at most 1.
-            b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
-            e_i = tl.exp(tl.where(m_i[:, None], b_bi - b_br[None, :], 0.0))
-            b_qe = b_q * e_i
-            b_ke = b_ki * e_i
-            for J in tl.static_range(3):
-                if J < I:
-                    o_j = ts + J * BC + o_c
-                    m_j = o_j < te
-                    b_kjt = decayed_keys_t(k, gc, b_br, o_j, m_j, HK, HV, i_hk, i_h, K, o_k, m_k)
-                    c_q = dot(b_qe, b_kjt, PREC)
-                    c_k = dot(b_ke, b_kjt, PREC)
-                    p0, p1, p2, p3, g0, g1, g2, g3 = add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, J)
-        # The diagonal block.
-        c_q = tl.zeros([BC, BC], dtype=tl.float32)
-        c_k = tl.zeros([BC, BC], dtype=tl.float32)
-        c_q, c_k = diagonal_tile(q, k, gc, b_q, b_ki, b_bi, c_q, c_k, ts, te, i_h, i_hk, I, o_i, m_i,
-                                 HK, HV, K, BC, o_k, m_k, PREC)  # fmt: skip
-        p0, p1, p2, p3, g0, g1, g2, g3 = add_to_block(p0, p1, p2, p3, g0, g1, g2, g3, c_q, c_k, I)
-    p0, g0 = kept(p0, g0, m_i, ts, te, I, 0, BC)
-    p1, g1 = kept(p1, g1, m_i, ts, te, I, 1, BC)
-    p2, g2 = kept(p2, g2, m_i, ts, te, I, 2, BC)
-    p3, g3 = kept(p3, g3, m_i, ts, te, I, 3, BC)
-    return p0, p1, p2, p3, g0, g1, g2, g3
+from core_triton.delta_rule.chunk_common import decayed_keys_t, rows_tile, rows_tile_t, unit_lower_inverse
 
 
 @triton.jit
@@ -225,41 +128,24 @@ def l_of(
 
 @triton.jit
 def l_row(
-    q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk,
+    k, gkk, beta, gc, ts, te, i_h, i_hk,
     I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
     BC: tl.constexpr, BK: tl.constexpr, GATE: tl.constexpr, FROM_GKK: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    """Block row ``I`` of ``L = diag(beta) G``: its ``[BC, BC]`` blocks of
-    columns 0 to 3 (0 for ``J > I``).  Per-channel gates in the forward form
-    the row here (gram_row), and store ``P``'s blocks to ``aqk``."""
+    """Block row ``I`` of ``L = diag(beta) G`` (scalar or no gates): its
+    ``[BC, BC]`` blocks of columns 0 to 3 (0 for ``J > I``)."""
     zero = tl.zeros([BC, BC], dtype=tl.float32)
     l0 = zero
     l1 = zero
     l2 = zero
     l3 = zero
-    if GATE == 2 and not FROM_GKK:
-        p0, p1, p2, p3, g0, g1, g2, g3 = gram_row(q, k, gc, ts, te, i_h, i_hk, I, HK, HV, K, BC, BK, PREC)
-        o_i = ts + I * BC + tl.arange(0, BC)
-        b_beta = tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)[:, None]
-        store_block(aqk, p0, ts, te, i_h, I, 0, HV, BT, BC)
-        l0 = g0 * b_beta
-        if I >= 1:
-            store_block(aqk, p1, ts, te, i_h, I, 1, HV, BT, BC)
-            l1 = g1 * b_beta
-        if I >= 2:
-            store_block(aqk, p2, ts, te, i_h, I, 2, HV, BT, BC)
-            l2 = g2 * b_beta
-        if I >= 3:
-            store_block(aqk, p3, ts, te, i_h, I, 3, HV, BT, BC)
-            l3 = g3 * b_beta
-    else:
-        l0 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        if I >= 1:
-            l1 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        if I >= 2:
-            l2 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
-        if I >= 3:
-            l3 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+    l0 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+    if I >= 1:
+        l1 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+    if I >= 2:
+        l2 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
+    if I >= 3:
+        l3 = l_of(k, gkk, beta, gc, ts, te, i_h, i_hk, I, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC)
     return l0, l1, l2, l3
 
 
@@ -282,12 +168,166 @@ def store_block(
     tl.store(p + (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :], blk, mask=(o_i < te)[:, None])
 
 
+@triton.jit
+def store_row(p, x0, x1, x2, x3, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr,
+              BC: tl.constexpr):  # fmt: skip
+    """Store block row ``I`` of a per-chunk matrix: its blocks ``x0`` ...
+    of columns ``J < BT / BC``."""
+    NC: tl.constexpr = BT // BC
+    store_block(p, x0, ts, te, i_h, I, 0, HV, BT, BC)
+    if NC > 1:
+        store_block(p, x1, ts, te, i_h, I, 1, HV, BT, BC)
+    if NC > 2:
+        store_block(p, x2, ts, te, i_h, I, 2, HV, BT, BC)
+        store_block(p, x3, ts, te, i_h, I, 3, HV, BT, BC)
+
+
+@triton.jit
+def inverse_row1(l10, l11, t00, BC: tl.constexpr, EXACT: tl.constexpr):
+    """Block row 1 of ``Tinv = (I + L)^-1`` from ``L``'s and row 0's."""
+    t11 = unit_lower_inverse(l11, BC, EXACT)
+    return -dot(t11, dot(l10, t00, "ieee"), "ieee"), t11
+
+
+@triton.jit
+def inverse_row2(l20, l21, l22, t00, t10, t11, BC: tl.constexpr, EXACT: tl.constexpr):
+    """Block row 2 of ``Tinv``: ``Tinv[I, J] = -Tinv[I, I] sum_{J <= M <
+    I} L[I, M] Tinv[M, J]``."""
+    t22 = unit_lower_inverse(l22, BC, EXACT)
+    t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
+    t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
+    return t20, t21, t22
+
+
+@triton.jit
+def inverse_row3(l30, l31, l32, l33, t00, t10, t11, t20, t21, t22, BC: tl.constexpr, EXACT: tl.constexpr):
+    """Block row 3 of ``Tinv``."""
+    t33 = unit_lower_inverse(l33, BC, EXACT)
+    t32 = -dot(t33, dot(l32, t22, "ieee"), "ieee")
+    t31 = -dot(t33, dot(l31, t11, "ieee") + dot(l32, t21, "ieee"), "ieee")
+    t30 = -dot(t33, dot(l30, t00, "ieee") + dot(l31, t10, "ieee") + dot(l32, t20, "ieee"), "ieee")
+    return t30, t31, t32, t33
+
+
+@triton.jit
+def scaled_rows(q, k, gc, ts, te, i_h, i_hk, I: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr,
+                K: tl.constexpr, BC: tl.constexpr, o_k, m_k):  # fmt: skip
+    """Block ``I``'s rows of ``q`` and ``k`` on this K tile decayed to its
+    first row ``r``, ``x_i * exp(b_i - b_r)`` ``[BC, BK]`` float32 (at most
+    ``|x_i|``; 0 past the chunk's end), and ``b_r`` ``[BK]``."""
+    o_i = ts + I * BC + tl.arange(0, BC)
+    m_i = o_i < te
+    r = tl.minimum(ts + I * BC, te - 1)  # (the chunk's last row for a block past it)
+    b_br = tl.load(gc + (r * HV + i_h) * K + o_k, mask=m_k, other=0)
+    e_i = tl.exp(tl.where(m_i[:, None], rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k) - b_br[None, :], 0.0))
+    b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * e_i
+    b_k = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32) * e_i
+    return b_q, b_k, b_br
+
+
+@triton.jit
+def block_pair(b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, J: tl.constexpr, HK: tl.constexpr,
+               HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_k,
+               PREC: tl.constexpr):  # fmt: skip
+    """This K tile's part of blocks ``(I, J)``, ``J < I``, of ``P`` and
+    ``G``, from block ``I``'s scaled rows (scaled_rows) and block ``J``'s
+    keys decayed to the same row ``r``: ``exp(b_i - b_r) * exp(b_r - b_j)``,
+    both at most 1."""
+    o_j = ts + J * BC + tl.arange(0, BC)
+    b_kjt = decayed_keys_t(k, gc, b_br, o_j, o_j < te, HK, HV, i_hk, i_h, K, o_k, m_k)
+    return dot(b_qe, b_kjt, PREC), dot(b_ke, b_kjt, PREC)
+
+
+@triton.jit
+def off_diagonal_blocks(q, k, gc, ts, te, i_h, i_hk, HK: tl.constexpr, HV: tl.constexpr,
+                        K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                        PREC: tl.constexpr):  # fmt: skip
+    """The blocks below the diagonal of ``P`` and ``G`` for per-channel
+    gates, ``(p10, p20, p21, p30, p31, p32, g10, ..., g32)`` ``[BC, BC]``
+    float32 (0 past the chunk's end; 0 where ``BT / BC`` has no such
+    block): one pass over K, each block row's tiles loaded and scaled once
+    per K tile for all its blocks, block ``J``'s loaded transposed for each
+    pair (H100, KDA B4 T4k HV32 K=V=128 bf16: 0.59 ms, where loading each
+    block once per K tile and transposing its decayed keys in registers
+    took 0.72)."""
+    NC: tl.constexpr = BT // BC
+    p10 = tl.zeros([BC, BC], dtype=tl.float32)
+    p20 = p10
+    p21 = p10
+    p30 = p10
+    p31 = p10
+    p32 = p10
+    g10 = p10
+    g20 = p10
+    g21 = p10
+    g30 = p10
+    g31 = p10
+    g32 = p10
+    for i_k in range(0, tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        if NC > 1:
+            b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k)
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p10 += c_q
+            g10 += c_k
+        if NC > 2:
+            b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BC, o_k, m_k)
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p20 += c_q
+            g20 += c_k
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p21 += c_q
+            g21 += c_k
+            b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 3, HK, HV, K, BC, o_k, m_k)
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p30 += c_q
+            g30 += c_k
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p31 += c_q
+            g31 += c_k
+            c_q, c_k = block_pair(
+                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BC, o_k, m_k, PREC
+            )
+            p32 += c_q
+            g32 += c_k
+    return p10, p20, p21, p30, p31, p32, g10, g20, g21, g30, g31, g32
+
+
+@triton.jit
+def diag_block(x, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BC: tl.constexpr):
+    """Block ``(I, I)`` from chunk_diag.py's ``[B*T, HV, BC]`` output (0
+    past the chunk's end)."""
+    o_c = tl.arange(0, BC)
+    o_i = ts + I * BC + o_c
+    return tl.load(x + (o_i[:, None] * HV + i_h) * BC + o_c[None, :], mask=(o_i < te)[:, None], other=0)
+
+
+@triton.jit
+def row_beta(beta, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BC: tl.constexpr):
+    """``beta`` of block ``I``'s rows, ``[BC, 1]`` float32."""
+    o_i = ts + I * BC + tl.arange(0, BC)
+    return tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)[:, None]
+
+
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
 def delta_chunk_intra_kernel(
     q,
     k,
     beta,
     gc,
+    pdiag,
+    gdiag,
     cu_seqlens,
     chunk_offsets,
     T,
@@ -310,14 +350,10 @@ def delta_chunk_intra_kernel(
     IEEE: tl.constexpr,
     STORE_BWD: tl.constexpr,
     STORE_P: tl.constexpr,
-    GKK_IN: tl.constexpr = False,
     G_WHOLE: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
-    # L's blocks come back from gkk (per-channel gates, and the backward,
-    # which needs G whole), or straight from K's blocks (scalar gates).
-    FROM_GKK: tl.constexpr = STORE_BWD or GKK_IN or G_WHOLE
     i_s = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b = i_bh // HV
@@ -329,103 +365,117 @@ def delta_chunk_intra_kernel(
     if te <= ts:
         return  # a spare slot of packed input
 
-    # A: the decayed scores P -> aqk and Gram matrix G -> gkk.
-    if GKK_IN:
-        pass  # aqk and gkk come from chunk_gram.py's launch
-    elif GATE == 2:
-        for I in tl.static_range(NC):
-            if STORE_BWD:
-                p0, p1, p2, p3, g0, g1, g2, g3 = gram_row(
-                    q, k, gc, ts, te, i_h, i_hk, I, HK, HV, K, BC, BK, PREC
-                )
-                store_block(aqk, p0, ts, te, i_h, I, 0, HV, BT, BC)
-                store_block(gkk, g0, ts, te, i_h, I, 0, HV, BT, BC)
-                if NC > 1:
-                    store_block(aqk, p1, ts, te, i_h, I, 1, HV, BT, BC)
-                    store_block(gkk, g1, ts, te, i_h, I, 1, HV, BT, BC)
-                if NC > 2:
-                    store_block(aqk, p2, ts, te, i_h, I, 2, HV, BT, BC)
-                    store_block(gkk, g2, ts, te, i_h, I, 2, HV, BT, BC)
-                    store_block(aqk, p3, ts, te, i_h, I, 3, HV, BT, BC)
-                    store_block(gkk, g3, ts, te, i_h, I, 3, HV, BT, BC)
-            else:
-                # (the forward's blocks at or below the diagonal: l_row)
-                for J in tl.static_range(I + 1, NC):
-                    store_block(aqk, tl.zeros([BC, BC], dtype=tl.float32), ts, te, i_h, I, J, HV, BT, BC)
-    elif STORE_BWD or STORE_P or G_WHOLE:
-        # Scalar (or no) gates factor out of the sums: the whole chunk in
-        # two products per K tile, then exp(b_i - b_j) on the lower triangle
-        # (no 16 x 16 blocks, which per-channel gates need); the forward
-        # needs P with STORE_P, and G with G_WHOLE (else phase B forms G's
-        # blocks from k's).
-        o_r = ts + tl.arange(0, BT)
-        m_r = o_r < te
-        o_rr = tl.arange(0, BT)
-        acc_q = tl.zeros([BT, BT], dtype=tl.float32)
-        acc_k = tl.zeros([BT, BT], dtype=tl.float32)
-        for i_k in range(0, tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_k = o_k < K
-            b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
-            if STORE_BWD or STORE_P:
-                acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
-            if STORE_BWD or G_WHOLE:
-                acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
-        valid = m_r[:, None] & m_r[None, :]
-        keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
-        keep_k = valid & (o_rr[:, None] > o_rr[None, :])
-        diff = tl.zeros([BT, BT], dtype=tl.float32)
-        if GATE == 1:
-            b_b = tl.load(gc + o_r * HV + i_h, mask=m_r, other=0)
-            diff = b_b[:, None] - b_b[None, :]
-        p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
-        if STORE_BWD or STORE_P:
-            tl.store(aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None])
-        if STORE_BWD or G_WHOLE:
-            tl.store(gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None])
-    if FROM_GKK:
-        tl.debug_barrier()
-
-    # B: Tinv's blocks in registers (the names: block row, block column).
-    l00, _, _, _ = l_row(
-        q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-    )
-    t00 = unit_lower_inverse(l00, BC, IEEE)
-    if NC > 1:
-        l10, l11, _, _ = l_row(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        t11 = unit_lower_inverse(l11, BC, IEEE)
-        t10 = -dot(t11, dot(l10, t00, "ieee"), "ieee")
-    if NC > 2:
-        l20, l21, l22, _ = l_row(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        t22 = unit_lower_inverse(l22, BC, IEEE)
-        t21 = -dot(t22, dot(l21, t11, "ieee"), "ieee")
-        t20 = -dot(t22, dot(l20, t00, "ieee") + dot(l21, t10, "ieee"), "ieee")
-        l30, l31, l32, l33 = l_row(
-            q, k, gkk, aqk, beta, gc, ts, te, i_h, i_hk, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
-        )
-        t33 = unit_lower_inverse(l33, BC, IEEE)
-        t32 = -dot(t33, dot(l32, t22, "ieee"), "ieee")
-        t31 = -dot(t33, dot(l31, t11, "ieee") + dot(l32, t21, "ieee"), "ieee")
-        t30 = -dot(t33, dot(l30, t00, "ieee") + dot(l31, t10, "ieee") + dot(l32, t20, "ieee"), "ieee")
     zero = tl.zeros([BC, BC], dtype=tl.float32)
-    store_block(tinv, t00, ts, te, i_h, 0, 0, HV, BT, BC)
-    for J in tl.static_range(1, NC):
-        store_block(tinv, zero, ts, te, i_h, 0, J, HV, BT, BC)
+    t10 = zero
+    t11 = zero
+    t20 = zero
+    t21 = zero
+    t22 = zero
+    t30 = zero
+    t31 = zero
+    t32 = zero
+    t33 = zero
+    if GATE == 2:
+        # Per-channel gates: the diagonal blocks of P and G from chunk_diag.py,
+        # those below it formed here; P -> aqk (and G -> gkk for the backward),
+        # L = diag(beta) G kept in registers for the inverse.
+        p10, p20, p21, p30, p31, p32, g10, g20, g21, g30, g31, g32 = off_diagonal_blocks(
+            q, k, gc, ts, te, i_h, i_hk, HK, HV, K, BT, BC, BK, PREC
+        )
+        store_row(
+            aqk, diag_block(pdiag, ts, te, i_h, 0, HV, BC), zero, zero, zero, ts, te, i_h, 0, HV, BT, BC
+        )
+        d0 = diag_block(gdiag, ts, te, i_h, 0, HV, BC)
+        if STORE_BWD:
+            store_row(gkk, d0, zero, zero, zero, ts, te, i_h, 0, HV, BT, BC)
+        t00 = unit_lower_inverse(d0 * row_beta(beta, ts, te, i_h, 0, HV, BC), BC, IEEE)
+        if NC > 1:
+            p11 = diag_block(pdiag, ts, te, i_h, 1, HV, BC)
+            store_row(aqk, p10, p11, zero, zero, ts, te, i_h, 1, HV, BT, BC)
+            d1 = diag_block(gdiag, ts, te, i_h, 1, HV, BC)
+            if STORE_BWD:
+                store_row(gkk, g10, d1, zero, zero, ts, te, i_h, 1, HV, BT, BC)
+            b1 = row_beta(beta, ts, te, i_h, 1, HV, BC)
+            t10, t11 = inverse_row1(g10 * b1, d1 * b1, t00, BC, IEEE)
+        if NC > 2:
+            p22 = diag_block(pdiag, ts, te, i_h, 2, HV, BC)
+            store_row(aqk, p20, p21, p22, zero, ts, te, i_h, 2, HV, BT, BC)
+            d2 = diag_block(gdiag, ts, te, i_h, 2, HV, BC)
+            if STORE_BWD:
+                store_row(gkk, g20, g21, d2, zero, ts, te, i_h, 2, HV, BT, BC)
+            b2 = row_beta(beta, ts, te, i_h, 2, HV, BC)
+            t20, t21, t22 = inverse_row2(g20 * b2, g21 * b2, d2 * b2, t00, t10, t11, BC, IEEE)
+            p33 = diag_block(pdiag, ts, te, i_h, 3, HV, BC)
+            store_row(aqk, p30, p31, p32, p33, ts, te, i_h, 3, HV, BT, BC)
+            d3 = diag_block(gdiag, ts, te, i_h, 3, HV, BC)
+            if STORE_BWD:
+                store_row(gkk, g30, g31, g32, d3, ts, te, i_h, 3, HV, BT, BC)
+            b3 = row_beta(beta, ts, te, i_h, 3, HV, BC)
+            t30, t31, t32, t33 = inverse_row3(
+                g30 * b3, g31 * b3, g32 * b3, d3 * b3, t00, t10, t11, t20, t21, t22, BC, IEEE
+            )
+    else:
+        # A: scalar (or no) gates factor out of the sums: P and G of the whole
+        # chunk in two products per K tile, then exp(b_i - b_j) on the lower
+        # triangle (no 16 x 16 blocks, which per-channel gates need); the
+        # forward needs P with STORE_P, and G with G_WHOLE (else phase B forms
+        # G's blocks from k's).
+        FROM_GKK: tl.constexpr = STORE_BWD or G_WHOLE
+        if STORE_BWD or STORE_P or G_WHOLE:
+            o_r = ts + tl.arange(0, BT)
+            m_r = o_r < te
+            o_rr = tl.arange(0, BT)
+            acc_q = tl.zeros([BT, BT], dtype=tl.float32)
+            acc_k = tl.zeros([BT, BT], dtype=tl.float32)
+            for i_k in range(0, tl.cdiv(K, BK)):
+                o_k = i_k * BK + tl.arange(0, BK)
+                m_k = o_k < K
+                b_kt = rows_tile_t(k, o_r, m_r, HK, i_hk, K, o_k, m_k)
+                if STORE_BWD or STORE_P:
+                    acc_q += dot(rows_tile(q, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+                if STORE_BWD or G_WHOLE:
+                    acc_k += dot(rows_tile(k, o_r, m_r, HK, i_hk, K, o_k, m_k), b_kt, PREC)
+            valid = m_r[:, None] & m_r[None, :]
+            keep_q = valid & (o_rr[:, None] >= o_rr[None, :])
+            keep_k = valid & (o_rr[:, None] > o_rr[None, :])
+            diff = tl.zeros([BT, BT], dtype=tl.float32)
+            if GATE == 1:
+                b_b = tl.load(gc + o_r * HV + i_h, mask=m_r, other=0)
+                diff = b_b[:, None] - b_b[None, :]
+            p_full = (o_r[:, None] * HV + i_h) * BT + o_rr[None, :]
+            if STORE_BWD or STORE_P:
+                tl.store(
+                    aqk + p_full, acc_q * tl.exp(tl.where(keep_q, diff, float("-inf"))), mask=m_r[:, None]
+                )
+            if STORE_BWD or G_WHOLE:
+                tl.store(
+                    gkk + p_full, acc_k * tl.exp(tl.where(keep_k, diff, float("-inf"))), mask=m_r[:, None]
+                )
+        if FROM_GKK:
+            tl.debug_barrier()  # (each program reads back only the rows it wrote)
+
+        # B: Tinv's blocks in registers (the names: block row, block column).
+        l00, _, _, _ = l_row(
+            k, gkk, beta, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+        )
+        t00 = unit_lower_inverse(l00, BC, IEEE)
+        if NC > 1:
+            l10, l11, _, _ = l_row(
+                k, gkk, beta, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            )
+            t10, t11 = inverse_row1(l10, l11, t00, BC, IEEE)
+        if NC > 2:
+            l20, l21, l22, _ = l_row(
+                k, gkk, beta, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            )
+            t20, t21, t22 = inverse_row2(l20, l21, l22, t00, t10, t11, BC, IEEE)
+            l30, l31, l32, l33 = l_row(
+                k, gkk, beta, gc, ts, te, i_h, i_hk, 3, HK, HV, K, BT, BC, BK, GATE, FROM_GKK, PREC
+            )
+            t30, t31, t32, t33 = inverse_row3(l30, l31, l32, l33, t00, t10, t11, t20, t21, t22, BC, IEEE)
+    store_row(tinv, t00, zero, zero, zero, ts, te, i_h, 0, HV, BT, BC)
     if NC > 1:
-        store_block(tinv, t10, ts, te, i_h, 1, 0, HV, BT, BC)
-        store_block(tinv, t11, ts, te, i_h, 1, 1, HV, BT, BC)
-        for J in tl.static_range(2, NC):
-            store_block(tinv, zero, ts, te, i_h, 1, J, HV, BT, BC)
+        store_row(tinv, t10, t11, zero, zero, ts, te, i_h, 1, HV, BT, BC)
     if NC > 2:
-        store_block(tinv, t20, ts, te, i_h, 2, 0, HV, BT, BC)
-        store_block(tinv, t21, ts, te, i_h, 2, 1, HV, BT, BC)
-        store_block(tinv, t22, ts, te, i_h, 2, 2, HV, BT, BC)
-        store_block(tinv, zero, ts, te, i_h, 2, 3, HV, BT, BC)
-        store_block(tinv, t30, ts, te, i_h, 3, 0, HV, BT, BC)
-        store_block(tinv, t31, ts, te, i_h, 3, 1, HV, BT, BC)
-        store_block(tinv, t32, ts, te, i_h, 3, 2, HV, BT, BC)
-        store_block(tinv, t33, ts, te, i_h, 3, 3, HV, BT, BC)
+        store_row(tinv, t20, t21, t22, zero, ts, te, i_h, 2, HV, BT, BC)
+        store_row(tinv, t30, t31, t32, t33, ts, te, i_h, 3, HV, BT, BC)

@@ -105,7 +105,7 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
-    ``G_WHOLE``, ``GRAM_APART``, ``TILE_OVERRIDES``)
+    ``G_WHOLE``, ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk
 
@@ -213,17 +213,6 @@ class DeltaRuleSuite(KernelLevelCases):
             plans = core.plans(**infos, cu_seqlens=cu_info, use_qk_l2norm=True, mode="recurrent")
             assert any(p.kernel is l2norm_fwd_kernel for p in plans.forward) is not in_kernel
             assert any(p.kernel is l2norm_fwd_kernel for p in plans.backward)
-
-    @pytest.mark.parametrize("strength", [2.0, -9.0])
-    def test_p_and_g_in_the_intra_kernel(self, strength):
-        self._kernel_level()
-        # Per-channel gates' P and G formed by the intra kernel, a chunk per
-        # program (the measured alternative to chunk_gram.py's launch),
-        # with decays where the diagonal blocks take products and where they
-        # take the column loop.
-        x, cu, cots = make_case(self.fw, gate="gk", packed=True, seed=11, strength=strength)
-        with chunk_settings(self.fw, GRAM_APART=False):
-            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("gate", ["g", "gk"])
     def test_state_pass_and_output_kernel(self, gate):
