@@ -105,7 +105,7 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
-    ``G_WHOLE``, ``TILE_OVERRIDES``)
+    ``G_WHOLE``, ``Q_DECAYED``, ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk
 
@@ -224,6 +224,15 @@ class DeltaRuleSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=10)
         with chunk_settings(self.fw, FUSED_WALK=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
+
+    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+    def test_backward_state_pass_forming_decays(self, dtype):
+        # The backward state pass's other route: it forms q exp(b) of
+        # per-channel gates itself (no Qd from the W/Uv launch).
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate="gk", packed=True, seed=13)
+        with chunk_settings(self.fw, Q_DECAYED=False):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
     @pytest.mark.parametrize("gate", ["g", None])
     def test_walk_reading_w_and_uv(self, gate):
