@@ -226,16 +226,16 @@ def scaled_rows(q, k, gc, ts, te, i_h, i_hk, I: tl.constexpr, HK: tl.constexpr, 
 
 
 @triton.jit
-def block_pair(b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, J: tl.constexpr, HK: tl.constexpr,
-               HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_k,
-               PREC: tl.constexpr):  # fmt: skip
-    """This K tile's part of blocks ``(I, J)``, ``J < I``, of ``P`` and
-    ``G``, from block ``I``'s scaled rows (scaled_rows) and block ``J``'s
-    keys decayed to the same row ``r``: ``exp(b_i - b_r) * exp(b_r - b_j)``,
-    both at most 1."""
+def add_pair(acc_p, acc_g, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, J: tl.constexpr, HK: tl.constexpr,
+             HV: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, o_k, m_k,
+             PREC: tl.constexpr):  # fmt: skip
+    """``acc_p``, ``acc_g`` plus this K tile's part of blocks ``(I, J)``,
+    ``J < I``, of ``P`` and ``G``, from block ``I``'s scaled rows
+    (scaled_rows) and block ``J``'s keys decayed to the same row ``r``:
+    ``exp(b_i - b_r) * exp(b_r - b_j)``, both at most 1."""
     o_j = ts + J * BC + tl.arange(0, BC)
     b_kjt = decayed_keys_t(k, gc, b_br, o_j, o_j < te, HK, HV, i_hk, i_h, K, o_k, m_k)
-    return dot(b_qe, b_kjt, PREC), dot(b_ke, b_kjt, PREC)
+    return acc_p + dot(b_qe, b_kjt, PREC), acc_g + dot(b_ke, b_kjt, PREC)
 
 
 @triton.jit
@@ -268,39 +268,27 @@ def off_diagonal_blocks(q, k, gc, ts, te, i_h, i_hk, HK: tl.constexpr, HV: tl.co
         m_k = o_k < K
         if NC > 1:
             b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k)
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            p10, g10 = add_pair(
+                p10, g10, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p10 += c_q
-            g10 += c_k
         if NC > 2:
             b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BC, o_k, m_k)
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            p20, g20 = add_pair(
+                p20, g20, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p20 += c_q
-            g20 += c_k
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
+            p21, g21 = add_pair(
+                p21, g21, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p21 += c_q
-            g21 += c_k
             b_qe, b_ke, b_br = scaled_rows(q, k, gc, ts, te, i_h, i_hk, 3, HK, HV, K, BC, o_k, m_k)
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
+            p30, g30 = add_pair(
+                p30, g30, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 0, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p30 += c_q
-            g30 += c_k
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
+            p31, g31 = add_pair(
+                p31, g31, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 1, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p31 += c_q
-            g31 += c_k
-            c_q, c_k = block_pair(
-                b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BC, o_k, m_k, PREC
+            p32, g32 = add_pair(
+                p32, g32, b_qe, b_ke, b_br, k, gc, ts, te, i_h, i_hk, 2, HK, HV, K, BC, o_k, m_k, PREC
             )
-            p32 += c_q
-            g32 += c_k
     return p10, p20, p21, p30, p31, p32, g10, g20, g21, g30, g31, g32
 
 
