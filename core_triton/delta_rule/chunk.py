@@ -7,9 +7,9 @@ token):
    float32); ``qn``, ``kn`` with ``use_qk_l2norm`` (l2norm.py);
 2. ``tinv`` (and ``aqk``, ``gkk`` where a later launch reads them):
    per-chunk matrices (chunk_intra.py; for per-channel gates after the
-   diagonal blocks of ``P`` and ``G``, chunk_diag.py), and for per-channel gates (or with
-   ``WU_IN_WALK`` off, or beyond K = 128) ``w``, ``uv``, ``kd``
-   (chunk_fwd_wu.py);
+   diagonal blocks of ``P`` and ``G``, chunk_diag.py), and for
+   per-channel gates (or with ``WU_IN_WALK`` off, or beyond K = 128)
+   ``w``, ``uv``, ``kd`` (chunk_fwd_wu.py);
 3. ``o``, ``final``: one walk over the chunks carrying the state, which
    forms each chunk's delta updates and outputs on the way
    (chunk_fwd_walk.py; for scalar or no gates from ``tinv``, the values
@@ -283,6 +283,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             "intra",
             delta_chunk_intra_kernel,
             lambda t: (NS, B * HV),
+            # (no diagonal blocks to read: dummy pointers)
             params=(In(q), In(k), In("beta"), gc, In("value"), In("value"), cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),

@@ -99,6 +99,7 @@ def delta_chunk_fwd_wu_kernel(
         if STORE_KD:
             tl.store(kd + p_w, b_kd, mask=m_t[:, None] & m_k[None, :])
         if STORE_QD:
+            tl.static_assert(GATE == 2)  # (b_gk: per-channel gates only)
             b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
             tl.store(qd + p_w, b_q * tl.exp(b_gk), mask=m_t[:, None] & m_k[None, :])
     for i_v in range(0, tl.cdiv(V, BV)):
