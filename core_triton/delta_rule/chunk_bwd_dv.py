@@ -37,8 +37,7 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t
+from core_triton.delta_rule.chunk_common import rows_tile, rows_tile_t, slot_chunk
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS", "ROWS"))
@@ -84,13 +83,9 @@ def delta_chunk_bwd_dv_kernel(
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_k = tl.program_id(0)
-    i_s = tl.program_id(1)
-    i_bh = tl.program_id(2)
-    i_b = i_bh // HV
-    i_h = i_bh % HV
-    i_hk = i_h // (HV // HK)
-    _, _, _, ts, te, slot = chunk_of_slot(
-        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    i_s, i_bh = tl.program_id(1), tl.program_id(2)
+    i_h, i_hk, ts, te, slot = slot_chunk(
+        cu_seqlens, chunk_offsets, i_s, i_bh, T, N, n_iter, NT, NS, HK, HV, BT, IS_VARLEN
     )
     if te <= ts:
         return  # a spare slot of packed input

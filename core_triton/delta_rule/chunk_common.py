@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
-from core_triton.common.sequences import sequence_chunks
+from core_triton.common.sequences import chunk_of_slot, sequence_chunks
 
 # The largest |b_i - b_m| a diagonal block takes as a product through its
 # middle row: exp(+-60) lies well inside float32's normal range (exp(+-87)),
@@ -37,6 +37,22 @@ from core_triton.common.sequences import sequence_chunks
 # some channel (over half a 16-row block) pass it; those blocks take the
 # column loop.
 DIAG_SPLIT = tl.constexpr(60.0)
+
+
+@triton.jit
+def slot_chunk(cu_seqlens, chunk_offsets, i_s, i_bh, T, N, n_iter, NT, NS, HK: tl.constexpr,
+               HV: tl.constexpr, BT: tl.constexpr, IS_VARLEN: tl.constexpr):  # fmt: skip
+    """What a program of chunk slot ``i_s`` and batch row x value head
+    ``i_bh`` takes (the per-chunk kernels): ``(i_h, i_hk, ts, te, slot)``,
+    its value head, key head, its chunk's rows ``[ts, te)`` (empty for a
+    spare slot of packed input) and the chunk's state slot
+    (core_triton.common.sequences.chunk_of_slot)."""
+    i_b = i_bh // HV
+    i_h = i_bh % HV
+    _, _, _, ts, te, slot = chunk_of_slot(
+        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    )
+    return i_h, i_h // (HV // HK), ts, te, slot
 
 
 @triton.jit

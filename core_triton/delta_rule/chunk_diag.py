@@ -21,8 +21,7 @@ of no chunk are not written (nothing reads them).
 import triton.language as tl
 
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import chunk_of_slot
-from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile
+from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, slot_chunk
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -49,14 +48,10 @@ def delta_chunk_diag_kernel(
     IEEE: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
-    i_s = tl.program_id(0)
-    i_bh = tl.program_id(1)
     I = tl.program_id(2)
-    i_b = i_bh // HV
-    i_h = i_bh % HV
-    i_hk = i_h // (HV // HK)
-    _, _, _, ts, te, _ = chunk_of_slot(
-        cu_seqlens, chunk_offsets, i_s, i_b, T, N, n_iter, NT, NS, BT, IS_VARLEN
+    i_s, i_bh = tl.program_id(0), tl.program_id(1)
+    i_h, i_hk, ts, te, _ = slot_chunk(
+        cu_seqlens, chunk_offsets, i_s, i_bh, T, N, n_iter, NT, NS, HK, HV, BT, IS_VARLEN
     )
     r = ts + I * BC  # block I's first row
     if r >= te:
