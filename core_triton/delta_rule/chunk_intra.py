@@ -56,6 +56,25 @@ from core_triton.delta_rule.chunk_common import (
 
 
 @triton.jit
+def load_block(p, ts, te, i_h, I: tl.constexpr, J: tl.constexpr, HV: tl.constexpr, W: tl.constexpr,
+               BC: tl.constexpr):  # fmt: skip
+    """Block ``(I, J)`` of a per-chunk ``[B*T, HV, W]`` matrix (store_block's
+    reverse), 0 past the chunk's end."""
+    o_c = tl.arange(0, BC)
+    o_i = ts + I * BC + o_c
+    return tl.load(
+        p + (o_i[:, None] * HV + i_h) * W + J * BC + o_c[None, :], mask=(o_i < te)[:, None], other=0
+    )
+
+
+@triton.jit
+def row_beta(beta, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BC: tl.constexpr):
+    """``beta`` of block ``I``'s rows, ``[BC, 1]`` float32."""
+    o_i = ts + I * BC + tl.arange(0, BC)
+    return tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)[:, None]
+
+
+@triton.jit
 def l_block(
     gkk,
     beta,
@@ -70,12 +89,7 @@ def l_block(
 ):
     """Block ``(I, J)`` of ``L = diag(beta) G``, ``[BC, BC]`` float32, from
     ``gkk`` (0 past the chunk's end)."""
-    o_c = tl.arange(0, BC)
-    o_i = ts + I * BC + o_c
-    m_i = o_i < te
-    b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
-    b_g = tl.load(gkk + (o_i[:, None] * HV + i_h) * BT + J * BC + o_c[None, :], mask=m_i[:, None], other=0)
-    return b_g * b_beta[:, None]
+    return load_block(gkk, ts, te, i_h, I, J, HV, BT, BC) * row_beta(beta, ts, te, i_h, I, HV, BC)
 
 
 @triton.jit
@@ -126,8 +140,7 @@ def l_of(
                 tl.load(gc + o_i * HV + i_h, mask=m_i, other=0)[:, None]
                 - tl.load(gc + o_j * HV + i_h, mask=m_j, other=0)[None, :]
             )
-        b_beta = tl.load(beta + o_i * HV + i_h, mask=m_i, other=0).to(tl.float32)
-        out = acc * tl.exp(tl.where(keep, diff, float("-inf"))) * b_beta[:, None]
+        out = acc * tl.exp(tl.where(keep, diff, float("-inf"))) * row_beta(beta, ts, te, i_h, I, HV, BC)
     return out
 
 
@@ -140,7 +153,6 @@ def l_row(
     """Block row ``I`` of ``L = diag(beta) G`` (scalar or no gates): its
     ``[BC, BC]`` blocks of columns 0 to 3 (0 for ``J > I``)."""
     zero = tl.zeros([BC, BC], dtype=tl.float32)
-    l0 = zero
     l1 = zero
     l2 = zero
     l3 = zero
@@ -301,16 +313,7 @@ def off_diagonal_blocks(q, k, gc, ts, te, i_h, i_hk, HK: tl.constexpr, HV: tl.co
 def diag_block(x, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BC: tl.constexpr):
     """Block ``(I, I)`` from chunk_diag.py's ``[B*T, HV, BC]`` output (0
     past the chunk's end)."""
-    o_c = tl.arange(0, BC)
-    o_i = ts + I * BC + o_c
-    return tl.load(x + (o_i[:, None] * HV + i_h) * BC + o_c[None, :], mask=(o_i < te)[:, None], other=0)
-
-
-@triton.jit
-def row_beta(beta, ts, te, i_h, I: tl.constexpr, HV: tl.constexpr, BC: tl.constexpr):
-    """``beta`` of block ``I``'s rows, ``[BC, 1]`` float32."""
-    o_i = ts + I * BC + tl.arange(0, BC)
-    return tl.load(beta + o_i * HV + i_h, mask=o_i < te, other=0).to(tl.float32)[:, None]
+    return load_block(x, ts, te, i_h, I, 0, HV, BC, BC)
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
