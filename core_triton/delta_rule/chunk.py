@@ -18,8 +18,10 @@ token):
    (chunk_fwd_output.py); for packed input, zeros in the rows of ``o``
    that no chunk covers (common/sequences.py).
 
-Backward (from ``do`` and ``dht``): steps 1-2 again (only ``gc`` is kept
-from the forward), ``h`` and ``u`` (chunk_fwd_state.py), then
+Backward (from ``do`` and ``dht``): step 2 again (the forward keeps ``gc``,
+``qn`` and ``kn``, and for per-channel gates ``aqk``, ``gkk`` and ``tinv``,
+which it then stores whether or not a later launch of its own reads them:
+``KEEP_MATRICES``), ``h`` and ``u`` (chunk_fwd_state.py), then
 
 5. ``dh``, ``du``, ``d_initial_state`` (chunk_bwd_state.py);
 6. ``d_value``, beta's partial gradients and the ``[BT, BT]`` / extra terms
@@ -83,6 +85,15 @@ G_WHOLE = True
 # Per-channel gates: the W/Uv launch of the backward stores q exp(b) for the
 # backward state pass (True), or that pass forms it (False).
 Q_DECAYED = True
+
+# A forward that a backward follows keeps the per-chunk matrices P, G and
+# Tinv (float32 [B, T, HV, BT] each) for it, which then does not form them
+# again (True), or the backward forms them (False): per-channel gates only,
+# whose matrices cost most to form (H100, KDA B4 T4k HV32 K=V=128 bf16:
+# forward+backward 11.72 ms of kernels against 12.72 forming them again).
+# They take 768 bytes per token and value head (fla keeps P and Tinv in
+# the inputs' dtype; rounded, Tinv would change the gradients' error).
+KEEP_MATRICES = True
 
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
@@ -169,8 +180,9 @@ def _renamed(plan: LaunchPlan, inputs: dict[str, str], outputs: tuple[str, ...])
 
 
 def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
-    """(forward, backward, offsets, residuals) of a chunk call; ``dtypes``:
-    the dtype name of ``beta`` and of each optional input given."""
+    """(forward, backward, offsets, residuals, inference) of a chunk call;
+    ``dtypes``: the dtype name of ``beta`` and of each optional input
+    given."""
     B, T, HK, HV, K, V, N, G = a.B, a.T, a.HK, a.HV, a.K, a.V, a.N, a.G
     BT = CHUNK
     NT = cdiv(T, BT)
@@ -380,14 +392,21 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             sequences.zero_uncovered_plan(n, specs[n].shape, specs[n].dtype, 1, N, BT, NS) for n in names
         )
 
-    forward = (
-        *pre,
-        *normalize,
-        *intra_plan(False),
-        *(() if wu_here else (wu_plan(store_kd),)),
-        *tail,
-        *uncovered(tail[-1], ("o",)),
-    )
+    keep = KEEP_MATRICES and a.gate == VECTOR_GATE
+
+    def forward_plans(store_bwd):
+        return (
+            *pre,
+            *normalize,
+            *intra_plan(store_bwd),
+            *(() if wu_here else (wu_plan(store_kd),)),
+            *tail,
+            *uncovered(tail[-1], ("o",)),
+        )
+
+    forward = forward_plans(keep)
+    # A call no gradient follows stores only what the forward reads.
+    inference = forward_plans(False) if keep else ()
 
     bwd_t = _tiles("bwd_dv", K, V, interpreted)
     NK = cdiv(K, bwd_t["BK"])
@@ -483,9 +502,9 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee),
         drop=("BV",),
     )
+    # (qn and kn come from the forward: residuals below.)
     backward = [
-        *normalize,
-        *intra_plan(True),
+        *(() if keep else intra_plan(True)),
         wu,
         state,
         state_bwd,
@@ -513,4 +532,10 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
         backward += [_renamed(p, {"x": "db_parts"}, ("d_gk",)) for p in cum.forward]
     residuals = ("gc",) if gate is not None else ()
-    return tuple(forward), tuple(backward), tuple(offsets), residuals
+    if a.l2norm:
+        # The normalised query and key (in the inputs' dtype: a quarter of
+        # q, k, v and the gate's bytes at HV = 2 HK), not normalised again.
+        residuals += ("qn", "kn")
+    if keep:
+        residuals += ("aqk", "gkk", "tinv")
+    return tuple(forward), tuple(backward), tuple(offsets), residuals, inference

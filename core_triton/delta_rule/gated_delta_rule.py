@@ -54,7 +54,7 @@ def plans(
 def _make_plans(a: DeltaRuleArgs, mode: str, dtypes: tuple[tuple[str, str], ...]) -> OpPlans:
     dtypes = dict(dtypes)
     maker = recurrent.make_plans if mode == "recurrent" else chunk.make_plans
-    forward, backward, offsets, residuals = maker(a, dtypes)
+    forward, backward, offsets, residuals, inference = maker(a, dtypes)
     inputs = ("query", "key", "value", "beta", *(n for n in ("g", "gk", "initial_state") if n in dtypes))
     return OpPlans(
         forward=forward,
@@ -69,4 +69,5 @@ def _make_plans(a: DeltaRuleArgs, mode: str, dtypes: tuple[tuple[str, str], ...]
         seq_len=a.T,
         contiguous=True,
         args=a,
+        inference=inference,
     )

@@ -57,7 +57,7 @@ def _warps(bk: int, bv: int) -> int:
 
 
 def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
-    """(forward, backward, offsets, residuals, grads) of a recurrent call;
+    """(forward, backward, offsets, residuals, inference) of a recurrent call;
     ``dtypes``: the dtype name of each optional input given (``g``, ``gk``,
     ``initial_state``)."""
     B, T, HK, HV, K, V, N, G = a.B, a.T, a.HK, a.HV, a.K, a.V, a.N, a.G
@@ -137,4 +137,4 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             )
         )
     offsets = (("ckpt_offsets", cb),) if a.packed else ()
-    return tuple(forward), tuple(backward), offsets, ()
+    return tuple(forward), tuple(backward), offsets, (), ()
