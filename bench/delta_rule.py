@@ -203,7 +203,8 @@ def run(progress=None) -> list[dict]:
     only = [o for o in os.environ.get("TWINKERNELS_BENCH_ONLY", "").split(",") if o]
     rows = []
     for op, B, T, docs in TRAIN:
-        if not only or op in only:
+        # ("kda" picks every KDA case, "kda-B4" the B4 one.)
+        if not only or op in only or f"{op}-B{B}" in only:
             rows += _train_rows(torch, jax, jnp, torch_api, jax_api, op, B, T, docs)
         if progress is not None:
             progress.update(1)

@@ -151,9 +151,18 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         # it, B1 T32k in 16 documents 2.39 against 2.53: the intra kernel
         # then stores neither P nor its product).
         "walk_wu": dict(BK=kp, BV=min(vp, 64), num_warps=4, num_stages=1, P_FROM_AQK=False),
-        # The backward state pass (KDA B4 T4k, q exp(b) read: 1.13 ms; 1.20
-        # with 2 stages, 1.17 with 3, 1.37 with value tiles of 64 and 2).
-        "state_bwd": dict(BK=kp, BV=min(vp, 32), num_warps=4, num_stages=2 if kp <= 64 else 1),
+        # The backward state pass, from K = 128 on in two pieces of K
+        # (chunk_bwd_state.py; KDA B4 T4k, q exp(b) read: 0.92 ms with
+        # pieces of 64 and value tiles of 64; all of K at once 1.11 with
+        # value tiles of 32, 1.20 with 2 stages, 1.37 with tiles of 64 and 2
+        # stages; pieces of 64 with tiles of 32 1.27, 2 stages 1.17, 3
+        # stages 1.14, 8 warps 1.43).
+        "state_bwd": dict(
+            BK=kp // 2 if kp >= 128 else kp,
+            BV=min(vp, 64 if kp <= 128 else 32),
+            num_warps=4,
+            num_stages=2 if kp <= 64 else 1,
+        ),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
     if interpreted:

@@ -245,7 +245,7 @@ class DeltaRuleSuite(KernelLevelCases):
         with chunk_settings(self.fw, WU_IN_WALK=False, G_WHOLE=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
 
-    @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk")], ids=str)
+    @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk"), (128, 40, "gk")], ids=str)
     def test_head_dims(self, K, V, gate):
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, B=1, T=20, HK=1, HV=1, K=K, V=V, seed=3)
