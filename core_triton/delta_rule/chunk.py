@@ -86,6 +86,11 @@ G_WHOLE = True
 # backward state pass (True), or that pass forms it (False).
 Q_DECAYED = True
 
+# Per-channel gates: the query/key gradient kernel sums db into gk's
+# gradient itself, walking a chunk's row blocks last first (True), or a
+# launch of the cumsum kernel does (False; not yet measured on the GPU).
+SUM_DB_IN_DQK = False
+
 # A forward that a backward follows keeps the per-chunk matrices P, G and
 # Tinv (float32 [B, T, HV, BT] each) for it, which then does not form them
 # again (True), or the backward forms them (False): per-channel gates only,
@@ -476,11 +481,13 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         output_names=("d_value", "dbeta_parts", "dp", "dg", "dq_extra", "dkp_extra", "dkm_extra", "dblast"),
         constexprs=flags,
     )
+    sum_db = a.gate == VECTOR_GATE and SUM_DB_IN_DQK
     db_spec = {
         NO_GATE: OutputSpec((1,), "float32"),
         SCALAR_GATE: OutputSpec((NK, rows, HV), "float32"),
-        VECTOR_GATE: OutputSpec((B, T, HV, K), "float32"),
+        VECTOR_GATE: OutputSpec((B, T, HV, K), dtypes["gk"] if sum_db else "float32"),
     }[a.gate]
+    db_name = "d_gk" if sum_db else "db_parts"
     bwd_dqk = tiled(
         "bwd_dv",
         delta_chunk_bwd_dqk_kernel,
@@ -507,8 +514,10 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((G, rows, HK, K), "float32"),
             db_spec,
         ),
-        output_names=("dq_parts", "dk_parts", "db_parts"),
-        constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee),
+        output_names=("dq_parts", "dk_parts", db_name),
+        constexprs=dict(
+            HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee, SUM_DB=sum_db
+        ),
         drop=("BV",),
     )
     # (qn and kn come from the forward: residuals below.)
@@ -521,7 +530,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         *uncovered(bwd_dv, ("d_value", "dbeta_parts")),
         bwd_dqk,
         *uncovered(
-            bwd_dqk, ("dq_parts", "dk_parts", "db_parts") if a.gate != NO_GATE else ("dq_parts", "dk_parts")
+            bwd_dqk, ("dq_parts", "dk_parts", db_name) if a.gate != NO_GATE else ("dq_parts", "dk_parts")
         ),
     ]
     backward += steps.gradient_sums(a, G, NK, dtypes["beta"])
@@ -529,7 +538,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     if a.gate == SCALAR_GATE:
         # The kernel sums dg itself (partials over K tiles).
         backward.append(reductions.reduce_partials_plan("db_parts", NK, (B, T, HV), dtypes["g"], "d_g"))
-    elif a.gate == VECTOR_GATE:
+    elif a.gate == VECTOR_GATE and not sum_db:
         cum = cumsum_plan.make_plans(
             _info((B, T, HV, K), "float32"),
             _info((N + 1,), "int32") if a.packed else None,

@@ -33,7 +33,9 @@ Outputs: ``dq``, ``dk`` ``[G, B*T, HK, K]`` float32 (one part per value
 head of a key head's group, summed by a reduction launch); for scalar
 gates the gate's gradient itself (``[NK, B*T, HV]`` partials over K tiles:
 scalar_gate_grad sums it without a cumsum), for per-channel gates ``db
-[B*T, HV, K]``.
+[B*T, HV, K]`` float32, or with ``SUM_DB`` ``gk``'s gradient itself (its
+reverse in-chunk cumsum, in ``gk``'s dtype; the row blocks walked last
+first).
 """
 
 import triton
@@ -83,6 +85,7 @@ def delta_chunk_bwd_dqk_kernel(
     GATE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    SUM_DB: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
@@ -99,8 +102,13 @@ def delta_chunk_bwd_dqk_kernel(
     m_k = o_k < K
     last = te - 1
     part = (i_h % G).to(tl.int64) * ROWS
+    # SUM_DB: db of the rows after this block (its blocks walked last first).
+    db_after = tl.zeros([BK], dtype=tl.float32)
 
-    for X in tl.static_range(NC):
+    for XX in tl.static_range(NC):
+        X = XX
+        if SUM_DB:
+            X = NC - 1 - XX
         o_x = ts + X * BC + o_c
         m_x = o_x < te
         b_qx = rows_tile(q, o_x, m_x, HK, i_hk, K, o_k, m_k).to(tl.float32)
@@ -247,7 +255,14 @@ def delta_chunk_bwd_dqk_kernel(
             d_b = b_qx * acc_q + b_kx * (acc_p - acc_m - tl.where(is_last, 0.0, x_m))
             d_last = tl.load(dblast + (slot * HV + i_h) * K + o_k, mask=m_k, other=0)
             d_b += tl.where(is_last, d_last[None, :], 0.0)
-            tl.store(db + p_x, d_b, mask=m_xk)
+            if SUM_DB:
+                # gk's gradient itself: the reverse in-chunk cumsum of db.
+                d_b = tl.where(m_x[:, None], d_b, 0.0)
+                sums = tl.cumsum(d_b, axis=0, reverse=True) + db_after[None, :]
+                db_after += tl.sum(d_b, axis=0)
+                tl.store(db + p_x, sums.to(db.dtype.element_ty), mask=m_xk)
+            else:
+                tl.store(db + p_x, d_b, mask=m_xk)
     if GATE == 1:
         scalar_gate_grad(
             q, k, aqk, gkk, dp, dg, dq_extra, dkp_extra, dkm_extra, dblast, db, ts, te, slot, i_k, i_h, i_hk,

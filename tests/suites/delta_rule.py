@@ -105,7 +105,8 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
-    ``G_WHOLE``, ``Q_DECAYED``, ``TILE_OVERRIDES``)
+    ``G_WHOLE``, ``Q_DECAYED``, ``KEEP_MATRICES``, ``SUM_DB_IN_DQK``,
+    ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk
 
@@ -234,6 +235,16 @@ class DeltaRuleSuite(KernelLevelCases):
         with chunk_settings(self.fw, Q_DECAYED=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize("dtype,packed,strength", [("float32", False, -2.0), ("bfloat16", True, 2.0)])
+    def test_gate_gradient_summed_in_dqk(self, dtype, packed, strength):
+        # SUM_DB_IN_DQK: the query/key gradient kernel forms gk's gradient
+        # (db's reverse in-chunk cumsum) itself, no cumsum launch; float32
+        # with strong decays, so that the sums' terms differ in size.
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate="gk", packed=packed, seed=15, strength=strength)
+        with chunk_settings(self.fw, SUM_DB_IN_DQK=True):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
+
     @pytest.mark.parametrize("gate", ["g", None])
     def test_walk_reading_w_and_uv(self, gate):
         # Scalar (or no) gates' fused walk reading W and Uv from their own
@@ -245,7 +256,9 @@ class DeltaRuleSuite(KernelLevelCases):
         with chunk_settings(self.fw, WU_IN_WALK=False, G_WHOLE=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
 
-    @pytest.mark.parametrize("K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk"), (128, 40, "gk")], ids=str)
+    @pytest.mark.parametrize(
+        "K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk"), (128, 40, "gk")], ids=str
+    )
     def test_head_dims(self, K, V, gate):
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, B=1, T=20, HK=1, HV=1, K=K, V=V, seed=3)
