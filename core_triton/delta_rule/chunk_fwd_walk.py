@@ -81,6 +81,7 @@ def delta_chunk_fwd_walk_kernel(
     IEEE: tl.constexpr,
     P_FROM_AQK: tl.constexpr,
     WU_HERE: tl.constexpr,
+    WIDE: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
@@ -115,7 +116,10 @@ def delta_chunk_fwd_walk_kernel(
             # (scalar or no gates), k S in k's dtype as W S was in W's.
             tl.static_assert(GATE != 2)
             b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            b_ks = dot(b_k, S.to(b_k.dtype), PREC)
+            if WIDE:
+                b_ks = dot(b_k.to(tl.float32), S, PREC)
+            else:
+                b_ks = dot(b_k, S.to(b_k.dtype), PREC)
             if GATE == 1:
                 b_ks = b_ks * tl.exp(b_g)[:, None]
             b_beta = tl.load(beta + o_t * HV + i_h, mask=m_t, other=0).to(tl.float32)
@@ -158,7 +162,10 @@ def delta_chunk_fwd_walk_kernel(
         if FROM_K:
             if GATE == 1:
                 b_u = b_u * tl.exp(tl.where(m_t, g_last - b_g, float("-inf")))[:, None]
-            S += dot(b_kt, b_u.to(b_kt.dtype), PREC)
+            if WIDE:
+                S += dot(b_kt.to(tl.float32), b_u, PREC)
+            else:
+                S += dot(b_kt, b_u.to(b_kt.dtype), PREC)
         else:
             b_kdt = rows_tile_t(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
             S += dot(b_kdt, b_u.to(b_kdt.dtype), PREC)
