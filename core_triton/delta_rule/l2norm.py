@@ -35,13 +35,21 @@ def l2norm_fwd_kernel(x, R, y, K: tl.constexpr, EPS: tl.constexpr, BR: tl.conste
 
 
 @jit(sizes=("R",))
-def l2norm_bwd_kernel(x, dy, R, dx, K: tl.constexpr, EPS: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+def l2norm_bwd_kernel(
+    x, dy, R, dx, K: tl.constexpr, EPS: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
+    PARTS: tl.constexpr = 1,
+):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BR + tl.arange(0, BR)
     o_k = tl.arange(0, BK)
     m = (rows < R)[:, None] & (o_k < K)[None, :]
     p = rows[:, None] * K + o_k[None, :]
     b_x = tl.load(x + p, mask=m, other=0).to(tl.float32)
     b_dy = tl.load(dy + p, mask=m, other=0).to(tl.float32)
+    for i in tl.static_range(1, PARTS):
+        # dy holds PARTS partial gradients [PARTS, R, K], summed in order
+        # (as reductions.reduce_partials_kernel sums them).
+        p_i = (rows + i * R)[:, None] * K + o_k[None, :]
+        b_dy += tl.load(dy + p_i, mask=m, other=0).to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=1) + EPS)
     b_y = b_x * rstd[:, None]
     b_dx = (b_dy - b_y * tl.sum(b_y * b_dy, axis=1)[:, None]) * rstd[:, None]
@@ -71,9 +79,12 @@ def forward_plan(src: str, shape: tuple[int, ...], dtype: str, out: str) -> Laun
     )
 
 
-def backward_plan(src: str, grad: str, shape: tuple[int, ...], dtype: str, out: str) -> LaunchPlan:
+def backward_plan(
+    src: str, grad: str, shape: tuple[int, ...], dtype: str, out: str, parts: int = 1
+) -> LaunchPlan:
     """``out`` (``shape``, ``dtype``): the gradient of ``src`` pulled back
-    through the normalisation from ``grad`` (the normalised rows')."""
+    through the normalisation from ``grad`` (the normalised rows'; with
+    ``parts`` > 1 the sum of ``grad [parts, *shape]``'s partials)."""
     K = shape[-1]
     rows = prod(shape) // max(K, 1)
     br, bk = _blocks(K)
@@ -83,7 +94,7 @@ def backward_plan(src: str, grad: str, shape: tuple[int, ...], dtype: str, out: 
         params=(In(src), In(grad), rows),
         outputs=(OutputSpec(tuple(shape), dtype),),
         output_names=(out,),
-        constexprs=dict(K=K, EPS=L2NORM_EPS, BR=br, BK=bk),
+        constexprs=dict(K=K, EPS=L2NORM_EPS, BR=br, BK=bk, **({"PARTS": parts} if parts > 1 else {})),
         num_warps=4,
         num_stages=1,
     )

@@ -24,17 +24,33 @@ def query_key_names(a: DeltaRuleArgs) -> tuple[str, str]:
     return ("qn", "kn") if a.l2norm else ("query", "key")
 
 
+# With use_qk_l2norm: the normalisation's backward sums the query/key
+# gradients' partials itself (True), or reads their sum from a reduction
+# launch (False; the same float32 sums in the same order).  Not yet
+# measured on the GPU.
+SUMS_IN_L2NORM = False
+
+
 def gradient_sums(a: DeltaRuleArgs, qk_parts: int, beta_parts: int, beta_dtype: str) -> list[LaunchPlan]:
     """``d_query``, ``d_key``, ``d_beta`` from ``dq_parts``, ``dk_parts``
     (``[qk_parts, B, T, HK, K]`` float32) and ``dbeta_parts`` (``[beta_parts,
     B, T, HV]``), through the normalisation's backward when there is one."""
     shape = (a.B, a.T, a.HK, a.K)
+    beta = reductions.reduce_partials_plan("dbeta_parts", beta_parts, (a.B, a.T, a.HV), beta_dtype, "d_beta")
+    if a.l2norm and SUMS_IN_L2NORM:
+        return [
+            beta,
+            *(
+                l2norm.backward_plan(src, grad, shape, a.dtype, out, parts=qk_parts)
+                for src, grad, out in (("query", "dq_parts", "d_query"), ("key", "dk_parts", "d_key"))
+            ),
+        ]
     dq, dk = ("dqn", "dkn") if a.l2norm else ("d_query", "d_key")
     dtype = "float32" if a.l2norm else a.dtype
     steps = [
         reductions.reduce_partials_plan("dq_parts", qk_parts, shape, dtype, dq),
         reductions.reduce_partials_plan("dk_parts", qk_parts, shape, dtype, dk),
-        reductions.reduce_partials_plan("dbeta_parts", beta_parts, (a.B, a.T, a.HV), beta_dtype, "d_beta"),
+        beta,
     ]
     if a.l2norm:
         steps += [
