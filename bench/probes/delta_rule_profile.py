@@ -23,20 +23,26 @@ import torch
 import torch_api
 from bench.common import timed
 from bench.delta_rule import _fla, _inputs, _ours
-from core_triton.delta_rule import chunk, gated_delta_rule
+from core_triton.delta_rule import chunk, gated_delta_rule, steps
+
+
+def _setting(name: str):
+    """(module, attribute) of a setting: chunk's, or ``steps.NAME``."""
+    module, _, attr = name.rpartition(".")
+    return {"": chunk, "steps": steps}[module], attr
 
 
 def use_tiles(tiles: dict) -> None:
     """Plan the chunk mode with ``tiles`` (chunk.TILE_OVERRIDES, and its
-    ``"settings"``; settings an earlier entry changed go back) from the next
-    call on."""
+    ``"settings"``: chunk's module settings, or steps' as ``"steps.NAME"``;
+    settings an earlier entry changed go back) from the next call on."""
     tiles = dict(tiles)
     settings = tiles.pop("settings", {})
     for name, value in DEFAULTS.items():
-        setattr(chunk, name, value)
+        setattr(*_setting(name), value)
     for name, value in settings.items():
-        DEFAULTS.setdefault(name, getattr(chunk, name))
-        setattr(chunk, name, value)
+        DEFAULTS.setdefault(name, getattr(*_setting(name)))
+        setattr(*_setting(name), value)
     chunk.TILE_OVERRIDES.clear()
     chunk.TILE_OVERRIDES.update(tiles)
     gated_delta_rule._make_plans.cache_clear()
