@@ -186,7 +186,11 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         t["BK"] = min(t["BK"], 32 if kernel in tiled_k else t["BK"])
         if "BV" in t:  # the intra kernel has no value tiles
             t["BV"] = min(t["BV"], 32)
-    return {**t, **TILE_OVERRIDES.get(kernel, {})}
+    t = {**t, **TILE_OVERRIDES.get(kernel, {})}
+    if kernel == "state_bwd" and 2 * t["BK"] < K:
+        # (its kernel holds at most two pieces of K)
+        raise ValueError(f"state_bwd tiles: BK={t['BK']} leaves rows of K={K} out (at most two pieces)")
+    return t
 
 
 def _info(shape, dtype) -> TensorInfo:
