@@ -235,6 +235,17 @@ class DeltaRuleSuite(KernelLevelCases):
         with chunk_settings(self.fw, Q_DECAYED=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize("gate,keep", [("g", True), ("gk", True), ("gk", False)])
+    def test_backward_state_pass_two_pieces(self, gate, keep):
+        # K = 100: the backward state pass holds the state's gradient in two
+        # pieces of 64 rows (the second partly past K), carried over three
+        # chunks; per-channel gates also with KEEP_MATRICES off (the
+        # backward forming P, G and Tinv again).
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate=gate, B=1, T=150, HV=2, K=100, V=24, seed=18)
+        with chunk_settings(self.fw, KEEP_MATRICES=keep):
+            check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
+
     @pytest.mark.parametrize("dtype,packed,strength", [("float32", False, -2.0), ("bfloat16", True, 2.0)])
     def test_gate_gradient_summed_in_dqk(self, dtype, packed, strength):
         # SUM_DB_IN_DQK: the query/key gradient kernel forms gk's gradient
@@ -295,7 +306,8 @@ class DeltaRuleSuite(KernelLevelCases):
             _, got = fw.vjp_many(lambda **kw: fn(**kw, cu_seqlens=cu_arr), arrays, cot)
             return {n: fw.numpy(g) for n, g in got.items() if n in ("query", "key")}
 
-        apart = grads()
+        with module_settings(fw, steps, SUMS_IN_L2NORM=False):
+            apart = grads()
         with module_settings(fw, steps, SUMS_IN_L2NORM=True):
             check_case(fw, fn, x, cu, cots, l2=True)
             fused = grads()
