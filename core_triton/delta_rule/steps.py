@@ -36,25 +36,17 @@ def gradient_sums(a: DeltaRuleArgs, qk_parts: int, beta_parts: int, beta_dtype: 
     (``[qk_parts, B, T, HK, K]`` float32) and ``dbeta_parts`` (``[beta_parts,
     B, T, HV]``), through the normalisation's backward when there is one."""
     shape = (a.B, a.T, a.HK, a.K)
-    beta = reductions.reduce_partials_plan("dbeta_parts", beta_parts, (a.B, a.T, a.HV), beta_dtype, "d_beta")
-    if a.l2norm and SUMS_IN_L2NORM:
-        return [
-            beta,
-            *(
-                l2norm.backward_plan(src, grad, shape, a.dtype, out, parts=qk_parts)
-                for src, grad, out in (("query", "dq_parts", "d_query"), ("key", "dk_parts", "d_key"))
-            ),
-        ]
-    dq, dk = ("dqn", "dkn") if a.l2norm else ("d_query", "d_key")
-    dtype = "float32" if a.l2norm else a.dtype
-    steps = [
-        reductions.reduce_partials_plan("dq_parts", qk_parts, shape, dtype, dq),
-        reductions.reduce_partials_plan("dk_parts", qk_parts, shape, dtype, dk),
-        beta,
-    ]
-    if a.l2norm:
-        steps += [
-            l2norm.backward_plan(src, grad, shape, a.dtype, out)
-            for src, grad, out in (("query", dq, "d_query"), ("key", dk, "d_key"))
-        ]
+    beta_shape = (a.B, a.T, a.HV)
+    steps = [reductions.reduce_partials_plan("dbeta_parts", beta_parts, beta_shape, beta_dtype, "d_beta")]
+    for src, parts, summed in (("query", "dq_parts", "dqn"), ("key", "dk_parts", "dkn")):
+        out = f"d_{src}"
+        if not a.l2norm:
+            steps.append(reductions.reduce_partials_plan(parts, qk_parts, shape, a.dtype, out))
+        elif SUMS_IN_L2NORM:
+            steps.append(l2norm.backward_plan(src, parts, shape, a.dtype, out, parts=qk_parts))
+        else:
+            steps += [
+                reductions.reduce_partials_plan(parts, qk_parts, shape, "float32", summed),
+                l2norm.backward_plan(src, summed, shape, a.dtype, out),
+            ]
     return steps
