@@ -6,9 +6,10 @@ backward spend their time.  Same inputs as bench/delta_rule.py.
 
 ``TILES='[{"state": {"BV": 64}}, ...]'`` profiles our op once per entry
 (chunk.TILE_OVERRIDES, with the entry's ``"settings"`` set as chunk's
-module settings, e.g. ``{"settings": {"WU_IN_WALK": false}}``; fla once),
-``FWD_ONLY=1`` skips the backward, ``NO_FLA=1`` fla.  Each line also gives the wall time per
-call (bench.common.timed).
+module settings, e.g. ``{"settings": {"WU_IN_WALK": false}}``, or steps' as
+``"steps.SUMS_IN_L2NORM"``; fla once),
+``FWD_ONLY=1`` skips the backward, ``NO_FLA=1`` leaves fla out.  Each
+line also gives the wall time per call (bench.common.timed).
 """
 
 from __future__ import annotations
