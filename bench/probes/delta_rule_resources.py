@@ -5,24 +5,31 @@ backward of both modes, for the configs the plans pick (K, V in 64, 128,
 compile or does not fit prints its error instead, so one run shows every
 config that needs other tiles.
 
-``python -m bench.probes.delta_rule_resources [K,V ...] [bf16]`` on a CUDA
-GPU (``bf16``: bfloat16 inputs only)."""
+``python -m bench.probes.delta_rule_resources [K,V ...] [bf16|f32]`` on a
+CUDA GPU (``bf16``, ``f32``: those inputs only).  ``TILES='[{"state":
+{"BV": 16}}, ...]'`` reports the chunk mode once per entry
+(chunk.TILE_OVERRIDES), to find tiles that fit."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 import torch
 
 import torch_api
 from core_triton.common import launch as core_launch
+from core_triton.delta_rule import chunk, gated_delta_rule
 from torch_api import _launch
 
 CONFIGS = [(128, 128), (64, 64), (256, 256), (128, 64), (64, 256)]
 
 
 def main(argv):
-    configs = [tuple(map(int, a.split(","))) for a in argv if a != "bf16"] or CONFIGS
+    configs = [tuple(map(int, a.split(","))) for a in argv if a not in ("bf16", "f32")] or CONFIGS
+    dtypes = {"bf16": (torch.bfloat16,), "f32": (torch.float32,)}.get(argv[-1] if argv else "")
+    tiles = json.loads(os.environ.get("TILES", "null"))
     seen = {}
     original = core_launch.launch_direct
 
@@ -50,15 +57,22 @@ def main(argv):
 
     _launch.launch_direct = probe
     try:
-        for K, V in configs:
-            for dtype in (torch.bfloat16,) if "bf16" in argv else (torch.bfloat16, torch.float32):
-                for gate in (None, "g", "gk"):
-                    _run(K, V, dtype, gate)
+        for over in tiles or [None]:
+            if over is not None:
+                print(f"# tiles {over}", flush=True)
+                chunk.TILE_OVERRIDES.clear()
+                chunk.TILE_OVERRIDES.update(over)
+                gated_delta_rule._make_plans.cache_clear()
+                seen.clear()
+            for K, V in configs:
+                for dtype in dtypes or (torch.bfloat16, torch.float32):
+                    for gate in (None, "g", "gk"):
+                        _run(K, V, dtype, gate, ("chunk",) if tiles else ("chunk", "recurrent"))
     finally:
         _launch.launch_direct = original
 
 
-def _run(K, V, dtype, gate):
+def _run(K, V, dtype, gate, modes):
     torch.manual_seed(0)
     B, T, HK, HV = 1, 130, 2, 4
     x = {
@@ -73,7 +87,7 @@ def _run(K, V, dtype, gate):
         x["gk"] = -torch.rand(B, T, HV, K, device="cuda")
     x["initial_state"] = torch.randn(B, HV, K, V, device="cuda")
     leaves = {n: t.requires_grad_(True) for n, t in x.items()}
-    for mode in ("chunk", "recurrent"):
+    for mode in modes:
         try:
             o, h = torch_api.gated_delta_rule(
                 **leaves, output_final_state=True, use_qk_l2norm=True, mode=mode
