@@ -92,8 +92,11 @@ Q_DECAYED = True
 # the products with k widened instead (False).  Batched bf16 cases of the
 # tests (T 70, K 20): no gate's final state 1.16e-2 of its scale and d_key
 # 1.2e-2 with True, 5.3e-3 and 8.9e-3 with False (the recurrent mode: 5.3e-3
-# and 6.9e-3); per-channel gates' final state 1.08e-2 against 3.5e-3.  Not
-# yet measured on the GPU (speed); the tests hold bf16 to 1e-2.
+# and 6.9e-3); per-channel gates' final state 1.08e-2 against 3.5e-3.  On
+# the H100 (B4 T4k HV32 K=V=128 bf16) False costs GDN's forward 1.32 ms of
+# kernels against 1.05, its forward+backward 9.06 against 8.16, and a
+# per-channel-gate launch asked for 272 KB of shared memory (its tiles
+# would need shrinking).  Kept True; an option for tests and experiments.
 HALF_INTERMEDIATES = True
 
 # Per-channel gates: the query/key gradient kernel sums db into gk's
@@ -115,7 +118,7 @@ KEEP_MATRICES = True
 TILE_OVERRIDES: dict[str, dict] = {}
 
 
-def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) -> dict:
+def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, ieee: bool = False) -> dict:
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     # The forward state pass takes value tiles of 64 up to K = 128 (measured on
     # the H100 at B4 T4k HV32 K=V=128: 0.44 ms against 0.48 ms with 32, which
@@ -180,6 +183,11 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE) 
         ),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
+    if ieee and kp >= 256 and kernel == "intra":
+        # Float32 products are FMA loops: the inverse's tiles at 2 warps
+        # spilled 0.7-2 k registers a thread at K = 256 (H100, Triton 3.6),
+        # none with K tiles of 32 and 4 warps.
+        t.update(BK=32, num_warps=4)
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
         tiled_k = ("intra", "diag", "wu", "output", "bwd_dv")
@@ -241,11 +249,16 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     cu = optional("cu_seqlens", a.packed)
     co = optional("chunk_offsets", a.packed)
     flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
+    # The state passes of float32 inputs beyond K = 128 multiply in three
+    # tf32 products (a 2^-22 relative error each): their FMA loops over
+    # all of K spilled 7-28 KB a thread (H100, Triton 3.6), and the local
+    # memory of every resident thread ran the GPU out of memory at launch.
+    state_flags = dict(flags, SPLIT_TF32=ieee and K > 128)
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
 
     def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=(), tiles=None):
-        t = _tiles(tiles or name, K, V, interpreted, a.gate)
+        t = _tiles(tiles or name, K, V, interpreted, a.gate, ieee)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         for key in drop:
             t.pop(key)
@@ -365,7 +378,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), "float32"),
         ),
         output_names=("h", "u", "final"),
-        constexprs=dict(flags, USE_H0=use_h0),
+        constexprs=dict(state_flags, USE_H0=use_h0),
     )
     output = tiled(
         "output",
@@ -401,7 +414,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
+        constexprs=dict(state_flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
@@ -452,7 +465,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), dtypes["initial_state"]) if use_h0 else OutputSpec((1,), "float32"),
         ),
         output_names=("dh", "du", "d_initial_state"),
-        constexprs=dict(flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
+        constexprs=dict(state_flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
     )
     dblast_spec = {
         NO_GATE: OutputSpec((1,), "float32"),
