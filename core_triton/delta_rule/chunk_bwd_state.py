@@ -59,9 +59,12 @@ def delta_chunk_bwd_state_kernel(
     USE_H0: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
+    SPLIT_TF32: tl.constexpr,
     Q_DECAYED: tl.constexpr = False,
 ):
-    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
+    # dot()'s precision: float32 inputs' products in three tf32 ones beyond
+    # K = 128 (chunk.py), exact FMA loops below.
+    PREC: tl.constexpr = ("tf32x3" if SPLIT_TF32 else "ieee") if IEEE else None
     TWO: tl.constexpr = K > BK  # (the plan makes 2 BK >= K)
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
         cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
@@ -95,8 +98,9 @@ def delta_chunk_bwd_state_kernel(
             mask=m_t[None, :] & (o_tt[:, None] <= o_tt[None, :]),
             other=0,
         )
-        b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v).to(tl.float32)
-        b_du = dot(b_pt, b_do, PREC) * scale + _keys_times(kd, dS, o_t, m_t, HV, i_h, K, o_k, m_k, PREC)
+        b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v)
+        b_du = dot(b_pt, b_do.to(tl.float32), PREC) * scale
+        b_du += _keys_times(kd, dS, o_t, m_t, HV, i_h, K, o_k, m_k, PREC)
         if TWO:
             b_du += _keys_times(kd, dS2, o_t, m_t, HV, i_h, K, o_k2, m_k2, PREC)
         tl.store(du + (o_t[:, None] * HV + i_h) * V + o_v[None, :], b_du, mask=m_t[:, None] & m_v[None, :])
@@ -128,17 +132,19 @@ def _carried_back(dS, q, w, gc, b_do, b_du, o_t, m_t, last, scale, i_h, i_hk, HK
                   Q_DECAYED: tl.constexpr, PREC: tl.constexpr):  # fmt: skip
     """One piece of K (rows ``o_k``) of ``dS = exp(b_last) dS' + scale (q *
     exp(b))^T do - W^T dU``, the state's gradient entering the chunk."""
+    # q (or Qd) stays in its dtype where no decay multiplies it: a half
+    # tile times do is then one native product (exact, as in tf32).
     if Q_DECAYED:
-        b_qt = rows_tile_t(q, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
+        b_qt = rows_tile_t(q, o_t, m_t, HV, i_h, K, o_k, m_k)
     else:
-        b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k).to(tl.float32)
+        b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
     decay_last = tl.zeros([BK], dtype=tl.float32) + 1.0
     if GATE == 1:
-        b_qt = b_qt * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[None, :]
+        b_qt = b_qt.to(tl.float32) * tl.exp(tl.load(gc + o_t * HV + i_h, mask=m_t, other=0))[None, :]
         decay_last = decay_last * tl.exp(tl.load(gc + last * HV + i_h))
     if GATE == 2:
         if not Q_DECAYED:
-            b_qt = b_qt * tl.exp(rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
+            b_qt = b_qt.to(tl.float32) * tl.exp(rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k))
         decay_last = tl.exp(tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0))
     b_wt = rows_tile_t(w, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32)
-    return dS * decay_last[:, None] + dot(b_qt, b_do, PREC) * scale - dot(b_wt, b_du, PREC)
+    return dS * decay_last[:, None] + dot(b_qt, b_do.to(b_qt.dtype), PREC) * scale - dot(b_wt, b_du, PREC)
