@@ -318,9 +318,9 @@ class DeltaRuleSuite(KernelLevelCases):
     def test_half_precision_float32_intermediates(self, gate):
         # bf16, batched, with W, Uv, Kd, Qd in float32 and the walk's k
         # products widened (HALF_INTERMEDIATES off).  With them in bf16 (the
-        # default until measured on the GPU) this case is past the 1e-2
-        # bound: no gate's final state 1.16e-2 of its scale, d_key 1.2e-2;
-        # per-channel gates' final state 1.08e-2 (chunk.py).
+        # default: faster, chunk.py) this case is past the 1e-2 bound: no
+        # gate's final state 1.16e-2 of its scale, d_key 1.2e-2; per-channel
+        # gates' final state 1.08e-2 (docs/api.md says so).
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate=gate, seed=16)
         with chunk_settings(self.fw, HALF_INTERMEDIATES=False):
