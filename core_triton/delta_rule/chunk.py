@@ -183,12 +183,11 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, 
         ),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
-    if ieee and kernel == "intra":
-        # Float32 inputs' inverse (forward substitution, exact products of
-        # its blocks) at 2 warps spilled 3-15 KB a thread (H100, Triton 3.6
-        # at K = 256; offline sm_90 builds at K = 64 and 128), none with K
-        # tiles of 32 and 4 warps.
-        t.update(BK=min(t["BK"], 32), num_warps=4)
+    if ieee and kp >= 256 and kernel == "intra":
+        # Float32 products are FMA loops: the inverse's tiles at 2 warps
+        # spilled 0.7-2 k registers a thread at K = 256 (H100, Triton 3.6),
+        # none with K tiles of 32 and 4 warps.
+        t.update(BK=32, num_warps=4)
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
         tiled_k = ("intra", "diag", "wu", "output", "bwd_dv")
@@ -228,12 +227,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     NS = NT + N if a.packed else B * NT
     n_iter = max(N, 1).bit_length() + 1
     rows = B * T
-    # Float32 inputs multiply in three tf32 products each (split operands:
-    # about 2^-22 of a product's scale) on the tensor cores.  Exact float32
-    # products are FMA loops that spilled 7-28 KB a thread in the state
-    # passes (H100, Triton 3.6, K = 256); the local memory the GPU reserves
-    # for every resident thread of such a kernel ran it out of memory at
-    # launch beside the other test processes.
     ieee = a.dtype == "float32"
     # Half-precision inputs keep W, Uv and Kd (which the state pass reads once
     # per value tile) in their own dtype: half the bytes, and the tensor
@@ -256,6 +249,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     cu = optional("cu_seqlens", a.packed)
     co = optional("chunk_offsets", a.packed)
     flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
+    # The state passes of float32 inputs beyond K = 128 multiply in three
+    # tf32 products (a 2^-22 relative error each): their FMA loops over
+    # all of K spilled 7-28 KB a thread (H100, Triton 3.6), and the local
+    # memory of every resident thread ran the GPU out of memory at launch.
+    state_flags = dict(flags, SPLIT_TF32=ieee and K > 128)
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
 
@@ -380,7 +378,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), "float32"),
         ),
         output_names=("h", "u", "final"),
-        constexprs=dict(flags, USE_H0=use_h0),
+        constexprs=dict(state_flags, USE_H0=use_h0),
     )
     output = tiled(
         "output",
@@ -416,7 +414,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
+        constexprs=dict(state_flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
@@ -467,7 +465,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), dtypes["initial_state"]) if use_h0 else OutputSpec((1,), "float32"),
         ),
         output_names=("dh", "du", "d_initial_state"),
-        constexprs=dict(flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
+        constexprs=dict(state_flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
     )
     dblast_spec = {
         NO_GATE: OutputSpec((1,), "float32"),

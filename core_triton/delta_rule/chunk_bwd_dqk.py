@@ -87,7 +87,7 @@ def delta_chunk_bwd_dqk_kernel(
     IEEE: tl.constexpr,
     SUM_DB: tl.constexpr = False,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
     G: tl.constexpr = HV // HK
     i_k = tl.program_id(0)

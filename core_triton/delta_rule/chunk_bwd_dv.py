@@ -81,7 +81,7 @@ def delta_chunk_bwd_dv_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_k = tl.program_id(0)
     i_s, i_bh = tl.program_id(1), tl.program_id(2)
     i_h, i_hk, ts, te, slot = slot_chunk(

@@ -47,7 +47,7 @@ def delta_chunk_diag_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     I = tl.program_id(2)
     i_s, i_bh = tl.program_id(0), tl.program_id(1)
     i_h, i_hk, ts, te, _ = slot_chunk(

@@ -48,7 +48,7 @@ def delta_chunk_fwd_output_kernel(
     IEEE: tl.constexpr,
     P_FROM_AQK: tl.constexpr,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
     i_v = tl.program_id(0)
     i_s, i_bh = tl.program_id(1), tl.program_id(2)

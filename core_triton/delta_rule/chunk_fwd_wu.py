@@ -54,7 +54,7 @@ def delta_chunk_fwd_wu_kernel(
     STORE_KD: tl.constexpr,
     STORE_QD: tl.constexpr = False,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_s, i_bh = tl.program_id(0), tl.program_id(1)
     i_h, i_hk, ts, te, _ = slot_chunk(
         cu_seqlens, chunk_offsets, i_s, i_bh, T, N, n_iter, NT, NS, HK, HV, BT, IS_VARLEN

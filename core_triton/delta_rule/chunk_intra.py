@@ -348,7 +348,7 @@ def delta_chunk_intra_kernel(
     STORE_P: tl.constexpr,
     G_WHOLE: tl.constexpr = False,
 ):
-    PREC: tl.constexpr = "tf32x3" if IEEE else None  # dot()'s precision (chunk.py)
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NC: tl.constexpr = BT // BC
     i_s, i_bh = tl.program_id(0), tl.program_id(1)
     i_h, i_hk, ts, te, _ = slot_chunk(
