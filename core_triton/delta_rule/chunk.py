@@ -183,11 +183,17 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, 
         ),
         "bwd_dv": dict(BK=min(kp, 64), BV=min(vp, 64), num_warps=8, num_stages=1),
     }[kernel]
-    if ieee and kp >= 256 and kernel == "intra":
-        # Float32 products are FMA loops: the inverse's tiles at 2 warps
-        # spilled 0.7-2 k registers a thread at K = 256 (H100, Triton 3.6),
-        # none with K tiles of 32 and 4 warps.
-        t.update(BK=32, num_warps=4)
+    # Float32 inputs multiply in exact FMA loops, which spill: the GPU
+    # reserves local memory for every resident thread of such a kernel at
+    # launch, and beside other processes ran out of it (H100, Triton 3.6,
+    # K = V = 256: 16 KB a thread in the forward state pass, 28 KB in the
+    # backward one).  Smaller tiles there: 2.7 and 6.6 KB.  (tf32x3 products
+    # spilled less but Triton 3.6 miscompiled them: illegal addresses.)
+    if ieee and kernel == "intra":
+        # (no spills at K = 128 and 256; 2 warps spilled 0.7-2 K registers)
+        t.update(BK=min(t["BK"], 32), num_warps=4)
+    if ieee and kp >= 256 and kernel in ("state", "state_bwd"):
+        t.update(BV=min(t["BV"], 16), num_warps=8)
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
         tiled_k = ("intra", "diag", "wu", "output", "bwd_dv")
@@ -249,11 +255,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     cu = optional("cu_seqlens", a.packed)
     co = optional("chunk_offsets", a.packed)
     flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
-    # The state passes of float32 inputs beyond K = 128 multiply in three
-    # tf32 products (a 2^-22 relative error each): their FMA loops over
-    # all of K spilled 7-28 KB a thread (H100, Triton 3.6), and the local
-    # memory of every resident thread ran the GPU out of memory at launch.
-    state_flags = dict(flags, SPLIT_TF32=ieee and K > 128)
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
 
@@ -378,7 +379,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), "float32"),
         ),
         output_names=("h", "u", "final"),
-        constexprs=dict(state_flags, USE_H0=use_h0),
+        constexprs=dict(flags, USE_H0=use_h0),
     )
     output = tiled(
         "output",
@@ -414,7 +415,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(state_flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
+        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
@@ -465,7 +466,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             OutputSpec((N, HV, K, V), dtypes["initial_state"]) if use_h0 else OutputSpec((1,), "float32"),
         ),
         output_names=("dh", "du", "d_initial_state"),
-        constexprs=dict(state_flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
+        constexprs=dict(flags, USE_H0=use_h0, Q_DECAYED=q_decayed),
     )
     dblast_spec = {
         NO_GATE: OutputSpec((1,), "float32"),

@@ -50,11 +50,8 @@ def delta_chunk_fwd_state_kernel(
     USE_H0: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
-    SPLIT_TF32: tl.constexpr,
 ):
-    # dot()'s precision: float32 inputs' products in three tf32 ones beyond
-    # K = 128 (chunk.py), exact FMA loops below.
-    PREC: tl.constexpr = ("tf32x3" if SPLIT_TF32 else "ieee") if IEEE else None
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
         cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
     )

@@ -79,14 +79,11 @@ def delta_chunk_fwd_walk_kernel(
     USE_H0: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
-    SPLIT_TF32: tl.constexpr,
     P_FROM_AQK: tl.constexpr,
     WU_HERE: tl.constexpr,
     WIDE: tl.constexpr = False,
 ):
-    # dot()'s precision: float32 inputs' products in three tf32 ones beyond
-    # K = 128 (chunk.py), exact FMA loops below.
-    PREC: tl.constexpr = ("tf32x3" if SPLIT_TF32 else "ieee") if IEEE else None
+    PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
     # Scalar (or no) gates: k^T (exp(b_last - b) U) in place of Kd^T U.
     FROM_K: tl.constexpr = GATE != 2
