@@ -185,15 +185,21 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, 
     }[kernel]
     # Float32 inputs multiply in exact FMA loops, which spill: the GPU
     # reserves local memory for every resident thread of such a kernel at
-    # launch, and beside other processes ran out of it (H100, Triton 3.6,
-    # K = V = 256: 16 KB a thread in the forward state pass, 28 KB in the
-    # backward one).  Smaller tiles there: 2.7 and 6.6 KB.  (tf32x3 products
-    # spilled less but Triton 3.6 miscompiled them: illegal addresses.)
-    if ieee and kernel == "intra":
-        # (no spills at K = 128 and 256; 2 warps spilled 0.7-2 K registers)
-        t.update(BK=min(t["BK"], 32), num_warps=4)
-    if ieee and kp >= 256 and kernel in ("state", "state_bwd"):
-        t.update(BV=min(t["BV"], 16), num_warps=8)
+    # launch, and the GPU tests' processes ran out of memory reserving it
+    # (H100, Triton 3.6, K = V = 256: 16 KB a thread in the forward state
+    # pass, 28 KB in the backward one; offline sm_90 builds at K = 128: up
+    # to 42 KB in the walk, 28 KB in the backward state pass).  Smaller
+    # tiles bound it (K = 256 on the H100: 2.7 and 6.6 KB; offline at K =
+    # 128: 4 KB at most; the walk not at all: chunk.make_plans).  tf32x3
+    # products spilled less, but Triton 3.6 miscompiled them (illegal
+    # addresses, wrong gradients).
+    if ieee:
+        if kernel == "intra":
+            t.update(BK=min(t["BK"], 32), num_warps=4)
+        if kernel in ("state", "state_bwd"):
+            t.update(BV=min(t["BV"], 16), num_warps=8)
+        if kernel in ("wu", "bwd_dv", "output"):
+            t.update(BK=min(t["BK"], 32), BV=min(t["BV"], 32))
     if interpreted:
         # Tiles of 32 still cross tile edges at the tests' head dims.
         tiled_k = ("intra", "diag", "wu", "output", "bwd_dv")
@@ -295,8 +301,9 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # Beyond K = 128 the walk's state and query tiles spill (up to 1.7 KB a
     # thread at K = 256), and Triton 3.6 miscompiled its scalar-gate variant
     # there (compute-sanitizer on the H100: an out-of-range shared address
-    # in a product): the state pass and the output kernel take it.
-    fused = FUSED_WALK and K <= 128
+    # in a product): the state pass and the output kernel take it, as they
+    # do for float32 inputs (the walk's exact products spilled: _tiles).
+    fused = FUSED_WALK and K <= 128 and not ieee
     wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
     # Whether the kernel that forms the outputs reads P from the intra kernel.
     outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
@@ -450,7 +457,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # A call no gradient follows stores only what the forward reads.
     inference = forward_plans(False) if keep else ()
 
-    bwd_t = _tiles("bwd_dv", K, V, interpreted)
+    bwd_t = _tiles("bwd_dv", K, V, interpreted, ieee=ieee)
     NK = cdiv(K, bwd_t["BK"])
     state_bwd = tiled(
         "state_bwd",
