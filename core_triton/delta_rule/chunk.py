@@ -77,6 +77,11 @@ FUSED_WALK = True
 # ms formed in the walk, which spilled, against 2.42).
 WU_IN_WALK = True
 
+# Per-channel gates: the walk forms W S, Uv and Kd from k, v and the gates
+# too (True: no W/Uv/Kd launch in the forward, exp(b) formed once per value
+# tile), or reads them from that launch (False).
+KDA_WU_IN_WALK = False
+
 # Scalar (or no) gates: the forward's intra kernel forms G in one product
 # per K tile, stores it and reads its blocks back (True), or forms each
 # block of G from k's blocks (False).
@@ -302,9 +307,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # thread at K = 256), and Triton 3.6 miscompiled its scalar-gate variant
     # there (compute-sanitizer on the H100: an out-of-range shared address
     # in a product): the state pass and the output kernel take it, as they
-    # do for float32 inputs (the walk's exact products spilled: _tiles).
-    fused = FUSED_WALK and K <= 128 and not ieee
-    wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
+    # do for compiled float32 inputs (the walk's exact products spilled:
+    # _tiles; the interpreter keeps the walk, which its float32 tests hold
+    # to 1e-5).
+    fused = FUSED_WALK and K <= 128 and not (ieee and not interpreted)
+    wu_here = fused and WU_IN_WALK and (a.gate != VECTOR_GATE or KDA_WU_IN_WALK)
     # Whether the kernel that forms the outputs reads P from the intra kernel.
     outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
     p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
