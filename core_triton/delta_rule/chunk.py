@@ -74,13 +74,10 @@ FUSED_WALK = True
 # the values and beta (chunk_fwd_walk.py), so the forward runs no W/Uv
 # launch (True); or it reads them from chunk_fwd_wu.py (False).  Per-channel
 # gates always read them (H100, KDA B4 T4k HV32 K=V=128 bf16: forward 3.59
-# ms formed in the walk, which spilled, against 2.42).
+# ms formed in the walk, which spilled, against 2.42; again with the
+# kept per-chunk matrices: 2.86 against 2.20, forward+backward 11.87 against
+# 11.20, and an illegal address at value tiles of 32 on 8 warps).
 WU_IN_WALK = True
-
-# Per-channel gates: the walk forms W S, Uv and Kd from k, v and the gates
-# too (True: no W/Uv/Kd launch in the forward, exp(b) formed once per value
-# tile), or reads them from that launch (False).
-KDA_WU_IN_WALK = False
 
 # Scalar (or no) gates: the forward's intra kernel forms G in one product
 # per K tile, stores it and reads its blocks back (True), or forms each
@@ -311,7 +308,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # _tiles; the interpreter keeps the walk, which its float32 tests hold
     # to 1e-5).
     fused = FUSED_WALK and K <= 128 and not (ieee and not interpreted)
-    wu_here = fused and WU_IN_WALK and (a.gate != VECTOR_GATE or KDA_WU_IN_WALK)
+    wu_here = fused and WU_IN_WALK and a.gate != VECTOR_GATE
     # Whether the kernel that forms the outputs reads P from the intra kernel.
     outputs_by = "walk_wu" if wu_here else "walk" if fused else "output"
     p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]

@@ -19,7 +19,7 @@ and updates (tf32 on the tensor cores for half inputs; rounding either to
 the inputs' dtype took the half-precision test's output error from 0.9e-2
 to 1.5e-2 of its scale).
 
-With ``WU_HERE`` the walk reads no ``W``, ``Uv`` (nor ``Kd``):
+With ``WU_HERE`` (scalar or no gates) the walk reads no ``W``, ``Uv``:
 since ``W = Tinv diag(beta) (k * exp(b))`` and ``Uv = Tinv diag(beta) v``,
 
     U = Tinv (beta * (v - exp(b) * (k S)))
@@ -27,9 +27,7 @@ since ``W = Tinv diag(beta) (k * exp(b))`` and ``Uv = Tinv diag(beta) v``,
 one more ``[BT, BT]`` product per chunk in place of the launch that
 stored ``W`` and ``Uv`` (their 32 KB a chunk and head in bf16 at K = V =
 128, written then read back once per value tile).  ``k S`` is in k's
-dtype as ``W S`` was in W's, ``Tinv (...)`` with float32 operands.  Per-
-channel gates (``KDA_WU_IN_WALK``, chunk.py) form ``k * exp(b)`` and ``Kd =
-k * exp(b_last - b)`` here too, rounded to k's dtype as they were stored.
+dtype as ``W S`` was in W's, ``Tinv (...)`` with float32 operands.
 
 ``P`` (the decayed scores, chunk_intra.py) is read from ``aqk`` (always for
 per-channel gates), or formed here from ``q k^T`` for scalar (or no) gates
@@ -114,17 +112,11 @@ def delta_chunk_fwd_walk_kernel(
             b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
             g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
         if WU_HERE:
-            # U = Tinv (beta (v - exp(b) k S)): W S and Uv from the inputs,
-            # k S in k's dtype as W S was in W's (per-channel gates: k
-            # exp(b) rounded to it, as W was stored).
+            # U = Tinv (beta (v - exp(b) k S)): W S and Uv from the inputs
+            # (scalar or no gates), k S in k's dtype as W S was in W's.
+            tl.static_assert(GATE != 2)
             b_k = rows_tile(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            if GATE == 2:
-                b_kg = b_k.to(tl.float32) * tl.exp(b_gk)
-                if WIDE:
-                    b_ks = dot(b_kg, S, PREC)
-                else:
-                    b_ks = dot(b_kg.to(b_k.dtype), S.to(b_k.dtype), PREC)
-            elif WIDE:
+            if WIDE:
                 b_ks = dot(b_k.to(tl.float32), S, PREC)
             else:
                 b_ks = dot(b_k, S.to(b_k.dtype), PREC)
@@ -174,16 +166,6 @@ def delta_chunk_fwd_walk_kernel(
                 S += dot(b_kt.to(tl.float32), b_u, PREC)
             else:
                 S += dot(b_kt, b_u.to(b_kt.dtype), PREC)
-        elif WU_HERE:
-            # Kd^T = (k exp(b_last - b))^T, from k and b loaded transposed
-            # (exp(b_last - b) <= 1 in the chunk's rows, k = 0 past them).
-            b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            b_gkt = rows_tile_t(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
-            b_kdt = b_kt.to(tl.float32) * tl.exp(g_last[:, None] - b_gkt)
-            if WIDE:
-                S += dot(b_kdt, b_u, PREC)
-            else:
-                S += dot(b_kdt.to(b_kt.dtype), b_u.to(b_kt.dtype), PREC)
         else:
             b_kdt = rows_tile_t(kd, o_t, m_t, HV, i_h, K, o_k, m_k)
             S += dot(b_kdt, b_u.to(b_kdt.dtype), PREC)

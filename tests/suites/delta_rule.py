@@ -267,16 +267,6 @@ class DeltaRuleSuite(KernelLevelCases):
         with chunk_settings(self.fw, WU_IN_WALK=False, G_WHOLE=False):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True, grads=False)
 
-    @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-    def test_walk_forming_w_and_uv_per_channel(self, dtype):
-        # Per-channel gates' fused walk forming W S, Uv and Kd from k, v and
-        # the gates (KDA_WU_IN_WALK), packed and batched, every gradient.
-        self._kernel_level()
-        for packed in (True, False):
-            x, cu, cots = make_case(self.fw, gate="gk", packed=packed, seed=18)
-            with chunk_settings(self.fw, KDA_WU_IN_WALK=True):
-                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
-
     @pytest.mark.parametrize(
         "K,V,gate", [(64, 64, "g"), (128, 128, "g"), (40, 100, "gk"), (128, 40, "gk")], ids=str
     )
