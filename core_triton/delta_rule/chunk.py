@@ -115,6 +115,14 @@ SUM_DB_IN_DQK = False
 # the inputs' dtype; rounded, Tinv would change the gradients' error).
 KEEP_MATRICES = True
 
+# With KEEP_MATRICES: the forward that a backward follows also keeps W, Uv,
+# Kd and Qd (the inputs' dtype for half inputs: 1 KB per token and value
+# head at K = V = 128 bf16), so the backward runs no W/Uv launch (True; fla
+# keeps them only with disable_recompute), or the backward forms them again
+# (False).  That launch took 0.50 ms of KDA's 11.3 ms forward+backward (H100,
+# B4 T4k HV32 K=V=128 bf16); not yet measured with them kept.
+KEEP_WU = False
+
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
 TILE_OVERRIDES: dict[str, dict] = {}
@@ -447,12 +455,18 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
 
     keep = KEEP_MATRICES and a.gate == VECTOR_GATE
 
+    keep_wu = keep and KEEP_WU and not wu_here
+
     def forward_plans(store_bwd):
         return (
             *pre,
             *normalize,
             *intra_plan(store_bwd),
-            *(() if wu_here else (wu_plan(store_kd),)),
+            *(
+                ()
+                if wu_here
+                else (wu_plan(store_kd or store_bwd and keep_wu, store_bwd and keep_wu and q_decayed),)
+            ),
             *tail,
             *uncovered(tail[-1], ("o",)),
         )
@@ -562,7 +576,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     # (qn and kn come from the forward: residuals below.)
     backward = [
         *(() if keep else intra_plan(True)),
-        wu,
+        *(() if keep_wu else (wu,)),
         state,
         state_bwd,
         bwd_dv,
@@ -595,4 +609,6 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         residuals += ("qn", "kn")
     if keep:
         residuals += ("aqk", "gkk", "tinv")
+    if keep_wu:
+        residuals += ("w", "uv", "kd", "qd")
     return tuple(forward), tuple(backward), tuple(offsets), residuals, inference

@@ -105,7 +105,7 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
 def chunk_settings(fw, **settings):
     """Plan the chunk mode with core_triton.delta_rule.chunk's module
     settings (``CHUNK``, ``P_IN_INTRA``, ``FUSED_WALK``, ``WU_IN_WALK``,
-    ``G_WHOLE``, ``Q_DECAYED``, ``KEEP_MATRICES``, ``SUM_DB_IN_DQK``,
+    ``G_WHOLE``, ``Q_DECAYED``, ``KEEP_MATRICES``, ``KEEP_WU``, ``SUM_DB_IN_DQK``,
     ``HALF_INTERMEDIATES``, ``TILE_OVERRIDES``)
     changed inside the block."""
     from core_triton.delta_rule import chunk
@@ -245,6 +245,17 @@ class DeltaRuleSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gate=gate, B=1, T=150, HV=2, K=100, V=24, seed=18)
         with chunk_settings(self.fw, KEEP_MATRICES=keep):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
+
+    @pytest.mark.parametrize("dtype,packed", [("float32", False), ("bfloat16", True)])
+    def test_backward_reading_the_forwards_w_and_uv(self, dtype, packed):
+        # Per-channel gates with KEEP_WU: the backward reads W, Uv, Kd and
+        # Qd from the forward instead of forming them again; with Q_DECAYED
+        # off too (no Qd kept).
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate="gk", packed=packed, seed=19)
+        for q_decayed in (True, False):
+            with chunk_settings(self.fw, KEEP_WU=True, Q_DECAYED=q_decayed):
+                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
     @pytest.mark.parametrize("dtype,packed,strength", [("float32", False, -2.0), ("bfloat16", True, 2.0)])
     def test_gate_gradient_summed_in_dqk(self, dtype, packed, strength):
