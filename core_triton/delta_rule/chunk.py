@@ -103,7 +103,9 @@ HALF_INTERMEDIATES = True
 
 # Per-channel gates: the query/key gradient kernel sums db into gk's
 # gradient itself, walking a chunk's row blocks last first (True), or a
-# launch of the cumsum kernel does (False; not yet measured on the GPU).
+# launch of the cumsum kernel does (False: H100, KDA B4 T4k HV32 K=V=128
+# bf16, True made that kernel 3.91 ms against 3.51, more than the 0.25 ms
+# cumsum launch it saves).
 SUM_DB_IN_DQK = False
 
 # A forward that a backward follows keeps the per-chunk matrices P, G and
@@ -454,19 +456,15 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
 
     keep = KEEP_MATRICES and a.gate == VECTOR_GATE
-
-    keep_wu = keep and KEEP_WU and not wu_here
+    # (per-channel gates: the forward's W/Uv launch stores Kd already)
+    keep_wu = keep and KEEP_WU
 
     def forward_plans(store_bwd):
         return (
             *pre,
             *normalize,
             *intra_plan(store_bwd),
-            *(
-                ()
-                if wu_here
-                else (wu_plan(store_kd or store_bwd and keep_wu, store_bwd and keep_wu and q_decayed),)
-            ),
+            *(() if wu_here else (wu_plan(store_kd, store_bwd and keep_wu and q_decayed),)),
             *tail,
             *uncovered(tail[-1], ("o",)),
         )
@@ -610,5 +608,5 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     if keep:
         residuals += ("aqk", "gkk", "tinv")
     if keep_wu:
-        residuals += ("w", "uv", "kd", "qd")
+        residuals += ("w", "uv", "kd") + (("qd",) if q_decayed else ())
     return tuple(forward), tuple(backward), tuple(offsets), residuals, inference

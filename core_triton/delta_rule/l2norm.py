@@ -94,7 +94,7 @@ def backward_plan(
         params=(In(src), In(grad), rows),
         outputs=(OutputSpec(tuple(shape), dtype),),
         output_names=(out,),
-        constexprs=dict(K=K, EPS=L2NORM_EPS, BR=br, BK=bk, **({"PARTS": parts} if parts > 1 else {})),
+        constexprs=dict(K=K, EPS=L2NORM_EPS, BR=br, BK=bk, PARTS=parts),
         num_warps=4,
         num_stages=1,
     )
