@@ -7,8 +7,9 @@ config that needs other tiles.
 
 ``python -m bench.probes.delta_rule_resources [K,V ...] [bf16|f32]`` on a
 CUDA GPU (``bf16``, ``f32``: those inputs only).  ``TILES='[{"state":
-{"BV": 16}}, ...]'`` reports the chunk mode once per entry
-(chunk.TILE_OVERRIDES), to find tiles that fit."""
+{"BV": 16}}, ...]'`` reports the chunk mode once per entry (as
+delta_rule_profile takes them: tile overrides and ``"settings"``), to find
+tiles that fit."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import sys
 import torch
 
 import torch_api
+from bench.probes.delta_rule_profile import use_tiles
 from core_triton.common import launch as core_launch
-from core_triton.delta_rule import chunk, gated_delta_rule
 from torch_api import _launch
 
 CONFIGS = [(128, 128), (64, 64), (256, 256), (128, 64), (64, 256)]
@@ -28,7 +29,8 @@ CONFIGS = [(128, 128), (64, 64), (256, 256), (128, 64), (64, 256)]
 
 def main(argv):
     configs = [tuple(map(int, a.split(","))) for a in argv if a not in ("bf16", "f32")] or CONFIGS
-    dtypes = {"bf16": (torch.bfloat16,), "f32": (torch.float32,)}.get(argv[-1] if argv else "")
+    picked = {"bf16": torch.bfloat16, "f32": torch.float32}
+    dtypes = tuple(d for a, d in picked.items() if a in argv) or (torch.bfloat16, torch.float32)
     tiles = json.loads(os.environ.get("TILES", "null"))
     seen = {}
     original = core_launch.launch_direct
@@ -60,12 +62,10 @@ def main(argv):
         for over in tiles or [None]:
             if over is not None:
                 print(f"# tiles {over}", flush=True)
-                chunk.TILE_OVERRIDES.clear()
-                chunk.TILE_OVERRIDES.update(over)
-                gated_delta_rule._make_plans.cache_clear()
+                use_tiles(over)
                 seen.clear()
             for K, V in configs:
-                for dtype in dtypes or (torch.bfloat16, torch.float32):
+                for dtype in dtypes:
                     for gate in (None, "g", "gk"):
                         _run(K, V, dtype, gate, ("chunk",) if tiles else ("chunk", "recurrent"))
     finally:
