@@ -121,9 +121,10 @@ KEEP_MATRICES = True
 # Kd and Qd (the inputs' dtype for half inputs: 1 KB per token and value
 # head at K = V = 128 bf16), so the backward runs no W/Uv launch (True; fla
 # keeps them only with disable_recompute), or the backward forms them again
-# (False).  That launch took 0.50 ms of KDA's 11.3 ms forward+backward (H100,
-# B4 T4k HV32 K=V=128 bf16); not yet measured with them kept.
-KEEP_WU = False
+# (False).  H100, KDA B4 T4k HV32 K=V=128 bf16: forward+backward 10.81 ms
+# wall against 11.22-11.23 (the forward's W/Uv launch 0.498 ms with Qd
+# stored, against 0.38 without; the backward's 0.50 gone).
+KEEP_WU = True
 
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.

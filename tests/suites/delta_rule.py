@@ -247,14 +247,14 @@ class DeltaRuleSuite(KernelLevelCases):
             check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, l2=True)
 
     @pytest.mark.parametrize("dtype,packed", [("float32", False), ("bfloat16", True)])
-    def test_backward_reading_the_forwards_w_and_uv(self, dtype, packed):
-        # Per-channel gates with KEEP_WU: the backward reads W, Uv, Kd and
-        # Qd from the forward instead of forming them again; with Q_DECAYED
-        # off too (no Qd kept).
+    def test_backward_forming_w_and_uv_again(self, dtype, packed):
+        # Per-channel gates with KEEP_WU off: the backward forms W, Uv, Kd and
+        # Qd again instead of reading the forward's (KEEP_WU, the default);
+        # both with Q_DECAYED off too (no Qd formed or kept).
         self._kernel_level()
         x, cu, cots = make_case(self.fw, gate="gk", packed=packed, seed=19)
-        for q_decayed in (True, False):
-            with chunk_settings(self.fw, KEEP_WU=True, Q_DECAYED=q_decayed):
+        for keep_wu, q_decayed in ((False, True), (False, False), (True, False)):
+            with chunk_settings(self.fw, KEEP_WU=keep_wu, Q_DECAYED=q_decayed):
                 check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
     @pytest.mark.parametrize("dtype,packed,strength", [("float32", False, -2.0), ("bfloat16", True, 2.0)])
