@@ -247,9 +247,14 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     B, T, HK, HV, K, V, N, G = a.B, a.T, a.HK, a.HV, a.K, a.V, a.N, a.G
     BT = CHUNK
     NT = cdiv(T, BT)
-    # Chunk slots per batch row: packed input gets an upper bound known from
-    # shapes alone, so traced cu_seqlens work under jax.jit.
+    # Chunk slots (of the chunk-state buffers): packed input gets an upper
+    # bound known from shapes alone, so traced cu_seqlens work under jax.jit.
     NS = NT + N if a.packed else B * NT
+    # Chunk slots per batch row, the per-chunk launches' first grid axis
+    # (their second is batch row x head).  Batched input once took NS here:
+    # B times the programs, all but one in B returning at once (H100, KDA B4
+    # T4k: 24576 idle programs a launch, 98304 in the diagonal blocks').
+    NG = NT + N if a.packed else NT
     n_iter = max(N, 1).bit_length() + 1
     rows = B * T
     ieee = a.dtype == "float32"
@@ -337,7 +342,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             diag = tiled(
                 "diag",
                 delta_chunk_diag_kernel,
-                lambda t: (NS, B * HV, BT // BLOCK),
+                lambda t: (NG, B * HV, BT // BLOCK),
                 params=(In(q), In(k), gc, cu, co, *slot_sizes),
                 outputs=(diag_spec, diag_spec),
                 output_names=("pdiag", "gdiag"),
@@ -346,7 +351,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             intra = tiled(
                 "intra",
                 delta_chunk_intra_kernel,
-                lambda t: (NS, B * HV),
+                lambda t: (NG, B * HV),
                 params=(In(q), In(k), In("beta"), gc, In("pdiag"), In("gdiag"), cu, co, *slot_sizes),
                 outputs=(per_chunk, per_chunk if store_bwd else scratch, per_chunk),
                 output_names=("aqk", "gkk", "tinv"),
@@ -358,7 +363,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         intra = tiled(
             "intra",
             delta_chunk_intra_kernel,
-            lambda t: (NS, B * HV),
+            lambda t: (NG, B * HV),
             # (no diagonal blocks to read: dummy pointers)
             params=(In(q), In(k), In("beta"), gc, In("value"), In("value"), cu, co, *slot_sizes),
             outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
@@ -371,7 +376,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         return tiled(
             "wu",
             delta_chunk_fwd_wu_kernel,
-            lambda t: (NS, B * HV),
+            lambda t: (NG, B * HV),
             params=(In(q), In(k), In("value"), In("beta"), gc, In("tinv"), cu, co, *slot_sizes),
             outputs=(
                 OutputSpec((B, T, HV, K), inter),
@@ -406,7 +411,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     output = tiled(
         "output",
         delta_chunk_fwd_output_kernel,
-        lambda t: (cdiv(V, t["BV"]), NS, B * HV),
+        lambda t: (cdiv(V, t["BV"]), NG, B * HV),
         params=(In(q), In(k), gc, In("h"), In("aqk"), In("u"), cu, co, a.scale, *slot_sizes),
         outputs=(OutputSpec((B, T, HV, V), a.dtype),),
         output_names=("o",),
@@ -501,7 +506,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     bwd_dv = tiled(
         "bwd_dv",
         delta_chunk_bwd_dv_kernel,
-        lambda t: (NK, NS, B * HV),
+        lambda t: (NK, NG, B * HV),
         params=(
             In(k),
             In("value"),
@@ -543,7 +548,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     bwd_dqk = tiled(
         "bwd_dv",
         delta_chunk_bwd_dqk_kernel,
-        lambda t: (NK, NS, B * HV),
+        lambda t: (NK, NG, B * HV),
         params=(
             In(q),
             In(k),
