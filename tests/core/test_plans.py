@@ -181,3 +181,43 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
             assert rest.params[-len(p.outputs) :] == tuple(In(n) for n in p.output_names), kind
     finally:
         flash.attention_plans.cache_clear()
+
+
+@pytest.mark.parametrize("gate", ["g", "gk"])
+@pytest.mark.parametrize("packed", [False, True])
+def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed):
+    # The per-chunk launches (grid axis "slot" then batch row x value head)
+    # hold cdiv(T, 64) slots per batch row, plus N for packed input's
+    # partial chunks: never B * cdiv(T, 64) per batch row, which left all
+    # but one program in B idle.
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    B, T, HK, HV, K, V = (1, 1000, 2, 4, 32, 16) if packed else (3, 1000, 2, 4, 32, 16)
+    N = 5 if packed else B
+    x = dict(
+        query=_info((B, T, HK, K), "bfloat16"),
+        key=_info((B, T, HK, K), "bfloat16"),
+        value=_info((B, T, HV, V), "bfloat16"),
+        beta=_info((B, T, HV), "bfloat16"),
+    )
+    x[gate] = _info((B, T, HV) if gate == "g" else (B, T, HV, K))
+    cu = _info((N + 1,), "int32") if packed else None
+    plans = gated_delta_rule.plans(**x, cu_seqlens=cu, mode="chunk")
+    slots = cdiv(T, chunk.CHUNK) + (N if packed else 0)
+    per_chunk = {
+        "delta_chunk_diag_kernel": 0,
+        "delta_chunk_intra_kernel": 0,
+        "delta_chunk_fwd_wu_kernel": 0,
+        "delta_chunk_fwd_output_kernel": 1,
+        "delta_chunk_bwd_dv_kernel": 1,
+        "delta_chunk_bwd_dqk_kernel": 1,
+    }
+    seen = set()
+    for p in (*plans.forward, *plans.backward, *plans.inference):
+        name = p.kernel.__name__ if hasattr(p.kernel, "__name__") else str(p.kernel)
+        if name in per_chunk:
+            axis = per_chunk[name]
+            assert p.grid[axis] == slots and p.grid[axis + 1] == B * HV, (name, p.grid)
+            seen.add(name)
+    assert {"delta_chunk_intra_kernel", "delta_chunk_bwd_dv_kernel", "delta_chunk_bwd_dqk_kernel"} <= seen
+    assert ("delta_chunk_diag_kernel" in seen) == (gate == "gk")
