@@ -88,6 +88,17 @@ G_WHOLE = True
 # backward state pass (True), or that pass forms it (False).
 Q_DECAYED = True
 
+# Per-channel gates with half inputs and use_qk_l2norm: the forward's W/Uv
+# launch stores Qd = q exp(b) in float16, which the walk reads in place of q
+# and the float32 log decays b (True; 32 KB less shared memory a pipeline
+# stage of the walk at K = V = 128), or the walk forms it (False).  With
+# normalised queries every |Qd| is at most 1, so float16 holds it with 11
+# significant bits, which the walk's tf32 product keeps whole (the float32
+# product it forms otherwise loses the same bits there); bf16's 8 took the
+# half-precision test's output error over its bound (1.04e-2).  Not yet
+# measured on a GPU: off.
+WALK_READS_QD = False
+
 # Half-precision inputs: W, Uv, Kd and Qd (what the chunk kernels hand
 # each other per token) stored in the inputs' dtype, and the walk's k S and
 # k^T U products with S and U rounded to it (True); or those in float32 and
@@ -372,7 +383,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
         return (intra,)
 
-    def wu_plan(store_kd, store_qd=False):
+    def wu_plan(store_kd, store_qd=False, qd_dtype=inter):
         return tiled(
             "wu",
             delta_chunk_fwd_wu_kernel,
@@ -382,7 +393,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
                 OutputSpec((B, T, HV, K), inter),
                 OutputSpec((B, T, HV, V), inter),
                 OutputSpec((B, T, HV, K), inter) if store_kd else OutputSpec((1,), inter),
-                OutputSpec((B, T, HV, K), inter) if store_qd else OutputSpec((1,), inter),
+                OutputSpec((B, T, HV, K), qd_dtype) if store_qd else OutputSpec((1,), inter),
             ),
             output_names=("w", "uv", "kd", "qd"),
             constexprs=dict(flags, STORE_KD=store_kd, STORE_QD=store_qd),
@@ -417,12 +428,14 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         output_names=("o",),
         constexprs=flags,
     )
+    # (the walk of per-channel gates reading Qd in float16: WALK_READS_QD)
+    walk_qd = fused and a.gate == VECTOR_GATE and WALK_READS_QD and a.l2norm and not ieee
     walk = tiled(
         "walk",
         delta_chunk_fwd_walk_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
         params=(
-            In(q),
+            In("qd" if walk_qd else q),
             In(k),
             optional("kd", not wu_here),
             optional("w", not wu_here),
@@ -442,7 +455,9 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         ),  # fmt: skip
         outputs=(OutputSpec((B, T, HV, V), a.dtype), OutputSpec((N, HV, K, V), "float32")),
         output_names=("o", "final"),
-        constexprs=dict(flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES)),
+        constexprs=dict(
+            flags, USE_H0=use_h0, WU_HERE=wu_here, WIDE=not (ieee or HALF_INTERMEDIATES), Q_DECAYED=walk_qd
+        ),
         tiles="walk_wu" if wu_here else "walk",
     )
     tail = (walk,) if fused else (state, output)
@@ -470,7 +485,17 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             *pre,
             *normalize,
             *intra_plan(store_bwd),
-            *(() if wu_here else (wu_plan(store_kd, store_bwd and keep_wu and q_decayed),)),
+            *(
+                ()
+                if wu_here
+                else (
+                    wu_plan(
+                        store_kd,
+                        walk_qd or (store_bwd and keep_wu and q_decayed),
+                        "float16" if walk_qd else inter,
+                    ),
+                )
+            ),
             *tail,
             *uncovered(tail[-1], ("o",)),
         )

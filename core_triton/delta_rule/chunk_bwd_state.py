@@ -132,7 +132,8 @@ def _carried_back(dS, q, w, gc, b_do, b_du, o_t, m_t, last, scale, i_h, i_hk, HK
     # q (or Qd) stays in its dtype where no decay multiplies it: a half
     # tile times do is then one native product (exact, as in tf32).
     if Q_DECAYED:
-        b_qt = rows_tile_t(q, o_t, m_t, HV, i_h, K, o_k, m_k)
+        # (in do's dtype: a float16 Qd, chunk.WALK_READS_QD, beside bf16 do)
+        b_qt = rows_tile_t(q, o_t, m_t, HV, i_h, K, o_k, m_k).to(b_do.dtype)
     else:
         b_qt = rows_tile_t(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
     decay_last = tl.zeros([BK], dtype=tl.float32) + 1.0

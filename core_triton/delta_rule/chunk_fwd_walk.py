@@ -35,7 +35,10 @@ without ``P_FROM_AQK``.  Value head ``h`` reads query/key head ``h // (HV
 // HK)``.  Inputs: ``q, k [B*T, HK, K]``, ``kd, w [B*T, HV, K]``, ``uv,
 v [B*T, HV, V]``, ``beta [B*T, HV]``, ``tinv, aqk [B*T, HV, BT]``,
 ``gc``, ``h0 [N, HV, K, V]`` (``kd``, ``w``, ``uv`` unread with
-``WU_HERE``, ``v``, ``beta``, ``tinv`` without).
+``WU_HERE``, ``v``, ``beta``, ``tinv`` without).  With ``Q_DECAYED``
+(per-channel gates, chunk.WALK_READS_QD) ``q`` is ``Qd = q * exp(b)
+[B*T, HV, K]`` from chunk_fwd_wu.py, and of ``gc`` only each chunk's last
+row is read.
 Outputs: ``o [B*T, HV, V]`` (the inputs' dtype), ``final [N, HV, K, V]``
 (float32).
 """
@@ -82,6 +85,7 @@ def delta_chunk_fwd_walk_kernel(
     P_FROM_AQK: tl.constexpr,
     WU_HERE: tl.constexpr,
     WIDE: tl.constexpr = False,
+    Q_DECAYED: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     FROM_AQK: tl.constexpr = GATE == 2 or P_FROM_AQK
@@ -109,7 +113,8 @@ def delta_chunk_fwd_walk_kernel(
             b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
             g_last = tl.load(gc + last * HV + i_h)
         if GATE == 2:
-            b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
+            if not Q_DECAYED:
+                b_gk = rows_tile(gc, o_t, m_t, HV, i_h, K, o_k, m_k)
             g_last = tl.load(gc + (last * HV + i_h) * K + o_k, mask=m_k, other=0)
         if WU_HERE:
             # U = Tinv (beta (v - exp(b) k S)): W S and Uv from the inputs
@@ -132,10 +137,16 @@ def delta_chunk_fwd_walk_kernel(
             b_uv = rows_tile(uv, o_t, m_t, HV, i_h, V, o_v, m_v)
             b_u = b_uv.to(tl.float32) - dot(b_w, S.to(b_w.dtype), PREC)
 
-        b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
-        if GATE == 2:
+        if Q_DECAYED:
+            # Qd = q exp(b) from the W/Uv launch (chunk.WALK_READS_QD): no
+            # [BT, K] float32 tile of b per chunk and value tile.
+            tl.static_assert(GATE == 2)
+            acc = dot(rows_tile(q, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32), S, PREC)
+        elif GATE == 2:
+            b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
             acc = dot(b_q.to(tl.float32) * tl.exp(b_gk), S, PREC)
         else:
+            b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
             acc = dot(b_q.to(tl.float32), S, PREC)
         if GATE == 1:
             acc = acc * tl.exp(b_g)[:, None]

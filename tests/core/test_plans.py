@@ -221,3 +221,36 @@ def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed
             seen.add(name)
     assert {"delta_chunk_intra_kernel", "delta_chunk_bwd_dv_kernel", "delta_chunk_bwd_dqk_kernel"} <= seen
     assert ("delta_chunk_diag_kernel" in seen) == (gate == "gk")
+
+
+@pytest.mark.parametrize("l2", [True, False])
+def test_delta_rule_walk_reads_float16_qd_only_for_normalised_half_inputs(l2, monkeypatch):
+    # chunk.WALK_READS_QD: float16 holds q exp(b) only where |q| <= 1 (the
+    # normalised queries); otherwise the walk forms it from q and gc.
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    monkeypatch.setattr(chunk, "WALK_READS_QD", True)
+    gated_delta_rule._make_plans.cache_clear()
+    B, T, HK, HV, K, V = 2, 300, 2, 4, 64, 64
+    x = dict(
+        query=_info((B, T, HK, K), "bfloat16"),
+        key=_info((B, T, HK, K), "bfloat16"),
+        value=_info((B, T, HV, V), "bfloat16"),
+        beta=_info((B, T, HV), "bfloat16"),
+        gk=_info((B, T, HV, K)),
+    )
+    try:
+        plans = gated_delta_rule.plans(**x, use_qk_l2norm=l2, mode="chunk")
+    finally:
+        gated_delta_rule._make_plans.cache_clear()
+    # (the training forward keeps a bf16 Qd for the backward anyway: KEEP_WU)
+    for launches, kept in ((plans.forward, True), (plans.inference, False)):
+        (walk,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_fwd_walk_kernel"]
+        (wu,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_fwd_wu_kernel"]
+        qd = dict(zip(wu.output_names, wu.outputs, strict=True))["qd"]
+        assert walk.constexprs["Q_DECAYED"] == l2
+        assert (walk.params[0] == In("qd")) == l2
+        if l2:
+            assert (qd.dtype, qd.shape) == ("float16", (B, T, HV, K))
+        else:
+            assert qd.shape == ((B, T, HV, K) if kept else (1,)) and qd.dtype == "bfloat16"

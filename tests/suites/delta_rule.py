@@ -257,6 +257,22 @@ class DeltaRuleSuite(KernelLevelCases):
             with chunk_settings(self.fw, KEEP_WU=keep_wu, Q_DECAYED=q_decayed):
                 check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize("packed", [False, True])
+    def test_walk_reading_float16_qd(self, packed):
+        # WALK_READS_QD: the W/Uv launch stores q exp(b) in float16 (every
+        # |q exp(b)| at most 1 with normalised queries), which the walk reads
+        # in place of q and the float32 decays; the backward state pass reads
+        # it too (rounded to do's bf16), or forms its own (KEEP_WU off).
+        # Batched: with W, Uv, Kd in float32, whose bf16 rounding takes this
+        # case's final state past the bound whatever the walk reads (1.02e-2;
+        # test_half_precision_float32_intermediates, docs/api.md).
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate="gk", packed=packed, seed=20)
+        for keep_wu in (True, False):
+            settings = dict(WALK_READS_QD=True, KEEP_WU=keep_wu, HALF_INTERMEDIATES=packed)
+            with chunk_settings(self.fw, **settings):
+                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype="bfloat16", l2=True)
+
     @pytest.mark.parametrize("dtype,packed,strength", [("float32", False, -2.0), ("bfloat16", True, 2.0)])
     def test_gate_gradient_summed_in_dqk(self, dtype, packed, strength):
         # SUM_DB_IN_DQK: the query/key gradient kernel forms gk's gradient
