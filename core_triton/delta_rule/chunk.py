@@ -95,8 +95,11 @@ Q_DECAYED = True
 # normalised queries every |Qd| is at most 1, so float16 holds it with 11
 # significant bits, which the walk's tf32 product keeps whole (the float32
 # product it forms otherwise loses the same bits there); bf16's 8 took the
-# half-precision test's output error over its bound (1.04e-2).  Not yet
-# measured on a GPU: off.
+# half-precision test's output error over its bound (1.04e-2).  Off: at the
+# walk's default tiles it most likely cost KDA's forward 2.21 ms against
+# 2.12 (H100, B4 T4k HV32 K=V=128 bf16, docs/benchmarks.md); what it is for,
+# value tiles of 128 on 8 warps in 2 stages (no longer over the shared
+# memory), is not yet measured.
 WALK_READS_QD = False
 
 # Half-precision inputs: W, Uv, Kd and Qd (what the chunk kernels hand
