@@ -102,6 +102,15 @@ Q_DECAYED = True
 # memory), is not yet measured.
 WALK_READS_QD = False
 
+# Per-channel gates: the diagonal-block launch forms the in-chunk cumsum of
+# gk itself (chunk_diag.py's GC_HERE) and no cumsum launch runs before it
+# (True), or it reads the cumsum launch's (False).  The forward then reads
+# gk once and writes gc once, where the cumsum launch wrote gc and the
+# diagonal blocks read it back (at B4 T4k HV32 K=128: 0.27 GB, about 0.09 ms
+# of the H100's bandwidth, and the cumsum launch took 0.19 ms).  Not yet
+# measured on a GPU: off.
+CUMSUM_IN_DIAG = False
+
 # Half-precision inputs: W, Uv, Kd and Qd (what the chunk kernels hand
 # each other per token) stored in the inputs' dtype, and the walk's k S and
 # k^T U products with S and U rounded to it (True); or those in float32 and
@@ -312,8 +321,10 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             num_stages=stages,
         )
 
+    # (per-channel gates: the diagonal blocks' launch forms gc: CUMSUM_IN_DIAG)
+    cum_in_diag = a.gate == VECTOR_GATE and CUMSUM_IN_DIAG
     pre = []
-    if gate is not None:
+    if gate is not None and not cum_in_diag:
         shape = (B, T, HV) if a.gate == SCALAR_GATE else (B, T, HV, K)
         cum = cumsum_plan.make_plans(
             _info(shape, dtypes[gate]),
@@ -344,10 +355,12 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
     g_whole = _tiles("intra", K, V, interpreted, a.gate)["G_WHOLE"]
 
-    def intra_plan(store_bwd):
+    def intra_plan(store_bwd, gc_here=False):
         # The forward stores P only for a kernel that reads it (p_stored),
         # and G (scalar or no gates, with G_WHOLE) only to read its blocks
         # back; the backward, which runs this again, needs both whole.
+        # gc_here: the diagonal blocks' launch forms gc (CUMSUM_IN_DIAG; the
+        # backward, which has gc from the forward, never asks it).
         scratch = OutputSpec((1,), "float32")
         if a.gate == VECTOR_GATE:
             # Per-channel gates: the diagonal blocks of P and G from their own
@@ -356,11 +369,15 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             diag = tiled(
                 "diag",
                 delta_chunk_diag_kernel,
-                lambda t: (NG, B * HV, BT // BLOCK),
-                params=(In(q), In(k), gc, cu, co, *slot_sizes),
-                outputs=(diag_spec, diag_spec),
-                output_names=("pdiag", "gdiag"),
-                constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee),
+                (lambda t: (BT // BLOCK, NG, B * HV)) if gc_here else (lambda t: (NG, B * HV, BT // BLOCK)),
+                params=(In(q), In(k), In(gate) if gc_here else gc, cu, co, *slot_sizes),
+                # (gc unfilled: the kernels read it only in rows of chunks, the
+                # rows this writes, as the cumsum launch's above)
+                outputs=(diag_spec, diag_spec, OutputSpec((B, T, HV, K) if gc_here else (1,), "float32")),
+                output_names=("pdiag", "gdiag", "gc" if gc_here else "diag_gc_unused"),
+                constexprs=dict(
+                    HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee, GC_HERE=gc_here
+                ),
             )
             intra = tiled(
                 "intra",
@@ -487,7 +504,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         return (
             *pre,
             *normalize,
-            *intra_plan(store_bwd),
+            *intra_plan(store_bwd, cum_in_diag),
             *(
                 ()
                 if wu_here

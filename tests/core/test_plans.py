@@ -216,7 +216,8 @@ def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed
     for p in (*plans.forward, *plans.backward, *plans.inference):
         name = p.kernel.__name__ if hasattr(p.kernel, "__name__") else str(p.kernel)
         if name in per_chunk:
-            axis = per_chunk[name]
+            # (the diagonal blocks' launch that forms gc takes the block first)
+            axis = per_chunk[name] + int(bool(p.constexprs.get("GC_HERE")))
             assert p.grid[axis] == slots and p.grid[axis + 1] == B * HV, (name, p.grid)
             seen.add(name)
     assert {"delta_chunk_intra_kernel", "delta_chunk_bwd_dv_kernel", "delta_chunk_bwd_dqk_kernel"} <= seen
@@ -254,3 +255,37 @@ def test_delta_rule_walk_reads_float16_qd_only_for_normalised_half_inputs(l2, mo
             assert (qd.dtype, qd.shape) == ("float16", (B, T, HV, K))
         else:
             assert qd.shape == ((B, T, HV, K) if kept else (1,)) and qd.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_delta_rule_cumsum_in_diag_replaces_the_cumsum_launch(on, monkeypatch):
+    # chunk.CUMSUM_IN_DIAG: per-channel gates' diagonal-block launch reads gk
+    # and writes gc, and no cumsum launch runs; the backward (gc kept from
+    # the forward) forms none.
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    monkeypatch.setattr(chunk, "CUMSUM_IN_DIAG", on)
+    gated_delta_rule._make_plans.cache_clear()
+    B, T, HK, HV, K, V = 1, 300, 2, 4, 64, 32
+    x = dict(
+        query=_info((B, T, HK, K), "bfloat16"),
+        key=_info((B, T, HK, K), "bfloat16"),
+        value=_info((B, T, HV, V), "bfloat16"),
+        beta=_info((B, T, HV), "bfloat16"),
+        gk=_info((B, T, HV, K)),
+    )
+    try:
+        plans = gated_delta_rule.plans(**x, cu_seqlens=_info((4,), "int32"), mode="chunk")
+    finally:
+        gated_delta_rule._make_plans.cache_clear()
+    for launches in (plans.forward, plans.inference):
+        names = [p.kernel.__name__ for p in launches]
+        (diag,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_diag_kernel"]
+        assert ("segment_cumsum_kernel" in names) != on
+        assert diag.constexprs["GC_HERE"] == on and (diag.params[2] == In("gk")) == on
+        assert ("gc" in diag.output_names) == on
+        if on:
+            gc = dict(zip(diag.output_names, diag.outputs, strict=True))["gc"]
+            assert (gc.shape, gc.dtype, gc.fill) == ((B, T, HV, K), "float32", None)
+            assert diag.grid == (chunk.CHUNK // chunk.BLOCK, cdiv(T, chunk.CHUNK) + 3, B * HV)
+    assert "gc" in plans.residuals

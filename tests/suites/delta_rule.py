@@ -257,6 +257,21 @@ class DeltaRuleSuite(KernelLevelCases):
             with chunk_settings(self.fw, KEEP_WU=keep_wu, Q_DECAYED=q_decayed):
                 check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize(
+        "dtype,packed,strength", [("float32", False, -9.0), ("float32", True, 1.0), ("bfloat16", True, 1.0)]
+    )
+    def test_cumsum_in_diag(self, dtype, packed, strength):
+        # CUMSUM_IN_DIAG: the diagonal blocks' launch forms gk's in-chunk
+        # cumsum (no cumsum launch); strong decays (about exp(-9) a token)
+        # where b_i - b_j of rows in neighbouring blocks must carry no more
+        # rounding than the cumsum launch's; the backward reads the gc it
+        # stored, and forms its own per-chunk matrices with KEEP_MATRICES off.
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate="gk", packed=packed, strength=strength, seed=21)
+        for keep in (True, False):
+            with chunk_settings(self.fw, CUMSUM_IN_DIAG=True, KEEP_MATRICES=keep):
+                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
+
     @pytest.mark.parametrize("packed", [False, True])
     def test_walk_reading_float16_qd(self, packed):
         # WALK_READS_QD: the W/Uv launch stores q exp(b) in float16 (every
