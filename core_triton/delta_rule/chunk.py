@@ -111,6 +111,19 @@ WALK_READS_QD = False
 # measured on a GPU: off.
 CUMSUM_IN_DIAG = False
 
+# Half-precision inputs with use_qk_l2norm: the decayed scores P (aqk) stored
+# in float16 (True) rather than float32 (False).  With normalised q and k
+# every |P[i, j]| is at most about 1, so float16's 11 significant bits hold
+# it, and the tf32 products that read it (the walk's or output kernel's P U,
+# the backward state pass's P^T dO) keep them whole; the query/key gradient
+# kernel's elementwise dP * P then carries 2^-12 of rounding.  Half the
+# bytes of the intra kernel's P store and of every read of it (the walk, the
+# backward state pass once per value tile, the query/key gradient kernel).
+# Offline sm_90 builds (KDA K = V = 128 bf16): the walk's shared memory 172
+# KB against 205 (its spills 268 bytes against 44), the backward state
+# pass's 57 KB against 74.  Not yet measured on a GPU: off.
+P_FLOAT16 = False
+
 # Half-precision inputs: W, Uv, Kd and Qd (what the chunk kernels hand
 # each other per token) stored in the inputs' dtype, and the walk's k S and
 # k^T U products with S and U rounded to it (True); or those in float32 and
@@ -304,6 +317,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
+    # P (aqk): float32, or float16 (P_FLOAT16: |P| <= 1 with normalised q, k)
+    p_spec = OutputSpec((B, T, HV, BT), "float16" if P_FLOAT16 and a.l2norm and not ieee else "float32")
 
     def tiled(name, kernel, grid, params, outputs, output_names, constexprs, drop=(), tiles=None):
         t = _tiles(tiles or name, K, V, interpreted, a.gate, ieee)
@@ -384,7 +399,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
                 delta_chunk_intra_kernel,
                 lambda t: (NG, B * HV),
                 params=(In(q), In(k), In("beta"), gc, In("pdiag"), In("gdiag"), cu, co, *slot_sizes),
-                outputs=(per_chunk, per_chunk if store_bwd else scratch, per_chunk),
+                outputs=(p_spec, per_chunk if store_bwd else scratch, per_chunk),
                 output_names=("aqk", "gkk", "tinv"),
                 constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, STORE_P=True),
             )
@@ -397,7 +412,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             lambda t: (NG, B * HV),
             # (no diagonal blocks to read: dummy pointers)
             params=(In(q), In(k), In("beta"), gc, In("value"), In("value"), cu, co, *slot_sizes),
-            outputs=(per_chunk if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
+            outputs=(p_spec if full_p else scratch, per_chunk if full_g else scratch, per_chunk),
             output_names=("aqk", "gkk", "tinv"),
             constexprs=dict(flags, BC=BLOCK, STORE_BWD=store_bwd, STORE_P=p_stored),
         )

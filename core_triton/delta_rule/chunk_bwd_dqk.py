@@ -314,7 +314,9 @@ def scalar_gate_grad(
     if i_k == 0:
         p_mat = (o_t[:, None] * HV + i_h) * BT + o_tt[None, :]
         lower = m_t[:, None] & (o_tt[None, :] < o_tt[:, None])
-        pairs = tl.load(dp + p_mat, mask=lower, other=0) * tl.load(aqk + p_mat, mask=lower, other=0)
+        # (P in float32, or float16: chunk.P_FLOAT16)
+        b_p = tl.load(aqk + p_mat, mask=lower, other=0).to(tl.float32)
+        pairs = tl.load(dp + p_mat, mask=lower, other=0) * b_p
         pairs += tl.load(dg + p_mat, mask=lower, other=0) * tl.load(gkk + p_mat, mask=lower, other=0)
         # [t, j] = sum_{i >= t} pairs[i, j], then j < t.
         suffix = tl.cumsum(pairs, axis=0, reverse=True)

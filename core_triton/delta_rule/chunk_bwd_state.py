@@ -89,12 +89,13 @@ def delta_chunk_bwd_state_kernel(
         o_t = ts + o_tt
         m_t = o_t < te
         last = te - 1
-        # P^T loaded as such: element (j, i) = P[i, j], i >= j.
+        # P^T loaded as such: element (j, i) = P[i, j], i >= j (float32, or
+        # float16: chunk.P_FLOAT16, exact in the tf32 product).
         b_pt = tl.load(
             aqk + (o_t[None, :] * HV + i_h) * BT + o_tt[:, None],
             mask=m_t[None, :] & (o_tt[:, None] <= o_tt[None, :]),
             other=0,
-        )
+        ).to(tl.float32)
         b_do = rows_tile(do, o_t, m_t, HV, i_h, V, o_v, m_v)
         b_du = dot(b_pt, b_do.to(tl.float32), PREC) * scale
         b_du += _keys_times(kd, dS, o_t, m_t, HV, i_h, K, o_k, m_k, PREC)

@@ -84,7 +84,7 @@ def delta_chunk_fwd_output_kernel(
         b_g = tl.load(gc + o_t * HV + i_h, mask=m_t, other=0)
         acc = acc * tl.exp(b_g)[:, None]
     if FROM_AQK:
-        b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+        b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0).to(tl.float32)
     elif GATE == 1:
         b_p = acc_p * tl.exp(tl.where(keep, b_g[:, None] - b_g[None, :], float("-inf")))
     else:

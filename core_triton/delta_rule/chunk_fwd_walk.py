@@ -156,7 +156,9 @@ def delta_chunk_fwd_walk_kernel(
             else:
                 b_kt = rows_tile_t(k, o_t, m_t, HK, i_hk, K, o_k, m_k)
         if FROM_AQK:
+            # (float32, or float16: chunk.P_FLOAT16, exact in the tf32 product)
             b_p = tl.load(aqk + (o_t[:, None] * HV + i_h) * BT + o_tt[None, :], mask=keep, other=0)
+            b_p = b_p.to(tl.float32)
         else:
             b_p = dot(b_q, b_kt, PREC)
             if GATE == 1:

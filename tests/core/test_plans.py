@@ -289,3 +289,23 @@ def test_delta_rule_cumsum_in_diag_replaces_the_cumsum_launch(on, monkeypatch):
             assert (gc.shape, gc.dtype, gc.fill) == ((B, T, HV, K), "float32", None)
             assert diag.grid == (chunk.CHUNK // chunk.BLOCK, cdiv(T, chunk.CHUNK) + 3, B * HV)
     assert "gc" in plans.residuals
+
+
+@pytest.mark.parametrize("dtype,l2", [("bfloat16", True), ("bfloat16", False), ("float32", True)])
+def test_delta_rule_scores_in_float16_only_for_normalised_half_inputs(dtype, l2, monkeypatch):
+    # chunk.P_FLOAT16: |P| <= 1 needs normalised q and k; float32 inputs keep
+    # float32 throughout.
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    monkeypatch.setattr(chunk, "P_FLOAT16", True)
+    gated_delta_rule._make_plans.cache_clear()
+    B, T, HK, HV, K = 2, 300, 2, 4, 64
+    x = {n: _info((B, T, HK, K), dtype) for n in ("query", "key")}
+    x.update(value=_info((B, T, HV, K), dtype), beta=_info((B, T, HV), dtype), gk=_info((B, T, HV, K)))
+    try:
+        plans = gated_delta_rule.plans(**x, use_qk_l2norm=l2, mode="chunk")
+    finally:
+        gated_delta_rule._make_plans.cache_clear()
+    (intra,) = [p for p in plans.forward if p.kernel.__name__ == "delta_chunk_intra_kernel"]
+    aqk = dict(zip(intra.output_names, intra.outputs, strict=True))["aqk"]
+    assert aqk.dtype == ("float16" if l2 and dtype != "float32" else "float32")

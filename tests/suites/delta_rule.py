@@ -272,6 +272,18 @@ class DeltaRuleSuite(KernelLevelCases):
             with chunk_settings(self.fw, CUMSUM_IN_DIAG=True, KEEP_MATRICES=keep):
                 check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
+    @pytest.mark.parametrize("gate,dtype", [("gk", "bfloat16"), ("g", "bfloat16"), ("gk", "float16")])
+    def test_scores_in_float16(self, gate, dtype):
+        # P_FLOAT16: the decayed scores P stored in float16 (|P| <= 1 with
+        # normalised q, k), read by the walk, the backward state pass and
+        # the query/key gradient kernel; with KEEP_MATRICES off too (the
+        # backward forming P again).
+        self._kernel_level()
+        x, cu, cots = make_case(self.fw, gate=gate, packed=True, seed=22)
+        for keep in (True, False):
+            with chunk_settings(self.fw, P_FLOAT16=True, KEEP_MATRICES=keep):
+                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
+
     @pytest.mark.parametrize("packed", [False, True])
     def test_walk_reading_float16_qd(self, packed):
         # WALK_READS_QD: the W/Uv launch stores q exp(b) in float16 (every
