@@ -183,6 +183,29 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
         flash.attention_plans.cache_clear()
 
 
+def _delta_plans(monkeypatch, settings, dtype="bfloat16", B=2, T=300, K=64, V=64, packed=False, **kw):
+    """The chunk-mode plans of a per-channel-gate delta-rule call (HK 2, HV
+    4) with chunk's module ``settings`` set for it."""
+    from core_triton.delta_rule import chunk, gated_delta_rule
+
+    for name, value in settings.items():
+        monkeypatch.setattr(chunk, name, value)
+    gated_delta_rule._make_plans.cache_clear()
+    HK, HV = 2, 4
+    x = {n: _info((B, T, HK, K), dtype) for n in ("query", "key")}
+    x.update(value=_info((B, T, HV, V), dtype), beta=_info((B, T, HV), dtype), gk=_info((B, T, HV, K)))
+    cu = _info((4,), "int32") if packed else None
+    try:
+        return gated_delta_rule.plans(**x, cu_seqlens=cu, mode="chunk", **kw)
+    finally:
+        gated_delta_rule._make_plans.cache_clear()
+
+
+def _launch(launches, kernel):
+    (p,) = [p for p in launches if p.kernel.__name__ == kernel]
+    return p
+
+
 @pytest.mark.parametrize("gate", ["g", "gk"])
 @pytest.mark.parametrize("packed", [False, True])
 def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed):
@@ -228,33 +251,18 @@ def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed
 def test_delta_rule_walk_reads_float16_qd_only_for_normalised_half_inputs(l2, monkeypatch):
     # chunk.WALK_READS_QD: float16 holds q exp(b) only where |q| <= 1 (the
     # normalised queries); otherwise the walk forms it from q and gc.
-    from core_triton.delta_rule import chunk, gated_delta_rule
-
-    monkeypatch.setattr(chunk, "WALK_READS_QD", True)
-    gated_delta_rule._make_plans.cache_clear()
-    B, T, HK, HV, K, V = 2, 300, 2, 4, 64, 64
-    x = dict(
-        query=_info((B, T, HK, K), "bfloat16"),
-        key=_info((B, T, HK, K), "bfloat16"),
-        value=_info((B, T, HV, V), "bfloat16"),
-        beta=_info((B, T, HV), "bfloat16"),
-        gk=_info((B, T, HV, K)),
-    )
-    try:
-        plans = gated_delta_rule.plans(**x, use_qk_l2norm=l2, mode="chunk")
-    finally:
-        gated_delta_rule._make_plans.cache_clear()
+    plans = _delta_plans(monkeypatch, {"WALK_READS_QD": True}, use_qk_l2norm=l2)
     # (the training forward keeps a bf16 Qd for the backward anyway: KEEP_WU)
     for launches, kept in ((plans.forward, True), (plans.inference, False)):
-        (walk,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_fwd_walk_kernel"]
-        (wu,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_fwd_wu_kernel"]
+        walk = _launch(launches, "delta_chunk_fwd_walk_kernel")
+        wu = _launch(launches, "delta_chunk_fwd_wu_kernel")
         qd = dict(zip(wu.output_names, wu.outputs, strict=True))["qd"]
         assert walk.constexprs["Q_DECAYED"] == l2
         assert (walk.params[0] == In("qd")) == l2
         if l2:
-            assert (qd.dtype, qd.shape) == ("float16", (B, T, HV, K))
+            assert (qd.dtype, qd.shape) == ("float16", (2, 300, 4, 64))
         else:
-            assert qd.shape == ((B, T, HV, K) if kept else (1,)) and qd.dtype == "bfloat16"
+            assert qd.shape == ((2, 300, 4, 64) if kept else (1,)) and qd.dtype == "bfloat16"
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -262,32 +270,20 @@ def test_delta_rule_cumsum_in_diag_replaces_the_cumsum_launch(on, monkeypatch):
     # chunk.CUMSUM_IN_DIAG: per-channel gates' diagonal-block launch reads gk
     # and writes gc, and no cumsum launch runs; the backward (gc kept from
     # the forward) forms none.
-    from core_triton.delta_rule import chunk, gated_delta_rule
+    from core_triton.delta_rule import chunk
 
-    monkeypatch.setattr(chunk, "CUMSUM_IN_DIAG", on)
-    gated_delta_rule._make_plans.cache_clear()
-    B, T, HK, HV, K, V = 1, 300, 2, 4, 64, 32
-    x = dict(
-        query=_info((B, T, HK, K), "bfloat16"),
-        key=_info((B, T, HK, K), "bfloat16"),
-        value=_info((B, T, HV, V), "bfloat16"),
-        beta=_info((B, T, HV), "bfloat16"),
-        gk=_info((B, T, HV, K)),
-    )
-    try:
-        plans = gated_delta_rule.plans(**x, cu_seqlens=_info((4,), "int32"), mode="chunk")
-    finally:
-        gated_delta_rule._make_plans.cache_clear()
+    B, T = 1, 300
+    plans = _delta_plans(monkeypatch, {"CUMSUM_IN_DIAG": on}, B=B, T=T, V=32, packed=True)
     for launches in (plans.forward, plans.inference):
         names = [p.kernel.__name__ for p in launches]
-        (diag,) = [p for p in launches if p.kernel.__name__ == "delta_chunk_diag_kernel"]
+        diag = _launch(launches, "delta_chunk_diag_kernel")
         assert ("segment_cumsum_kernel" in names) != on
         assert diag.constexprs["GC_HERE"] == on and (diag.params[2] == In("gk")) == on
         assert ("gc" in diag.output_names) == on
         if on:
             gc = dict(zip(diag.output_names, diag.outputs, strict=True))["gc"]
-            assert (gc.shape, gc.dtype, gc.fill) == ((B, T, HV, K), "float32", None)
-            assert diag.grid == (chunk.CHUNK // chunk.BLOCK, cdiv(T, chunk.CHUNK) + 3, B * HV)
+            assert (gc.shape, gc.dtype, gc.fill) == ((B, T, 4, 64), "float32", None)
+            assert diag.grid == (chunk.CHUNK // chunk.BLOCK, cdiv(T, chunk.CHUNK) + 3, B * 4)
     assert "gc" in plans.residuals
 
 
@@ -295,17 +291,7 @@ def test_delta_rule_cumsum_in_diag_replaces_the_cumsum_launch(on, monkeypatch):
 def test_delta_rule_scores_in_float16_only_for_normalised_half_inputs(dtype, l2, monkeypatch):
     # chunk.P_FLOAT16: |P| <= 1 needs normalised q and k; float32 inputs keep
     # float32 throughout.
-    from core_triton.delta_rule import chunk, gated_delta_rule
-
-    monkeypatch.setattr(chunk, "P_FLOAT16", True)
-    gated_delta_rule._make_plans.cache_clear()
-    B, T, HK, HV, K = 2, 300, 2, 4, 64
-    x = {n: _info((B, T, HK, K), dtype) for n in ("query", "key")}
-    x.update(value=_info((B, T, HV, K), dtype), beta=_info((B, T, HV), dtype), gk=_info((B, T, HV, K)))
-    try:
-        plans = gated_delta_rule.plans(**x, use_qk_l2norm=l2, mode="chunk")
-    finally:
-        gated_delta_rule._make_plans.cache_clear()
-    (intra,) = [p for p in plans.forward if p.kernel.__name__ == "delta_chunk_intra_kernel"]
+    plans = _delta_plans(monkeypatch, {"P_FLOAT16": True}, dtype=dtype, use_qk_l2norm=l2)
+    intra = _launch(plans.forward, "delta_chunk_intra_kernel")
     aqk = dict(zip(intra.output_names, intra.outputs, strict=True))["aqk"]
     assert aqk.dtype == ("float16" if l2 and dtype != "float32" else "float32")
