@@ -516,21 +516,14 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     keep_wu = keep and KEEP_WU
 
     def forward_plans(store_bwd):
+        # Qd for the walk (WALK_READS_QD), or kept for the backward (KEEP_WU)
+        store_qd = walk_qd or (store_bwd and keep_wu and q_decayed)
+        wu_fwd = () if wu_here else (wu_plan(store_kd, store_qd, "float16" if walk_qd else inter),)
         return (
             *pre,
             *normalize,
             *intra_plan(store_bwd, cum_in_diag),
-            *(
-                ()
-                if wu_here
-                else (
-                    wu_plan(
-                        store_kd,
-                        walk_qd or (store_bwd and keep_wu and q_decayed),
-                        "float16" if walk_qd else inter,
-                    ),
-                )
-            ),
+            *wu_fwd,
             *tail,
             *uncovered(tail[-1], ("o",)),
         )

@@ -20,10 +20,10 @@ of no chunk are not written (nothing reads them).
 With ``GC_HERE`` the launch also forms ``gc`` (chunk.CUMSUM_IN_DIAG): ``g``
 is then ``gk`` itself ``[B*T, HV, K]`` (any float dtype), and each block's
 program writes its rows of the in-chunk cumsum ``gc`` (float32, each K
-tile: the sum of the chunk's earlier rows plus the block's own inclusive
-cumsum), then reads them back after a barrier as the launch without it
-reads ``gc``; no cumsum launch runs before it (whose output this launch
-would read again).  Its grid then takes the block fastest, ``(BT / BC,
+tile: one inclusive scan of the chunk's rows up to the block's last, the
+same scan in every block's program), then reads them back after a barrier
+as the launch without it reads ``gc``; no cumsum launch runs before it
+(whose output this launch would read again).  Its grid then takes the block fastest, ``(BT / BC,
 slots, batch rows x value heads)``, so that a chunk's four programs, which
 each read the chunk's earlier rows, run side by side and share them
 through L2.

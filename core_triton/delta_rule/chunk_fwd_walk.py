@@ -142,12 +142,12 @@ def delta_chunk_fwd_walk_kernel(
             # [BT, K] float32 tile of b per chunk and value tile.
             tl.static_assert(GATE == 2)
             acc = dot(rows_tile(q, o_t, m_t, HV, i_h, K, o_k, m_k).to(tl.float32), S, PREC)
-        elif GATE == 2:
-            b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            acc = dot(b_q.to(tl.float32) * tl.exp(b_gk), S, PREC)
         else:
             b_q = rows_tile(q, o_t, m_t, HK, i_hk, K, o_k, m_k)
-            acc = dot(b_q.to(tl.float32), S, PREC)
+            b_qs = b_q.to(tl.float32)
+            if GATE == 2:
+                b_qs = b_qs * tl.exp(b_gk)
+            acc = dot(b_qs, S, PREC)
         if GATE == 1:
             acc = acc * tl.exp(b_g)[:, None]
         if not FROM_AQK or FROM_K:
