@@ -310,3 +310,59 @@ def zero_uncovered_plan(
         num_stages=1,
         aliases=((0, name),),
     )
+
+
+@jit(sizes=("N", "T", "NSORT"))
+def sequence_order_kernel(cu_seqlens, N, T, NSORT, order, CHUNK: tl.constexpr, BI: tl.constexpr,
+                          BJ: tl.constexpr):  # fmt: skip
+    """``order [N]`` int32: the sequences by decreasing count of
+    ``CHUNK``-token chunks (as :func:`sequence_bounds` clamps them), ties
+    in index order; ``0 .. N-1`` when ``NSORT`` is 0 (else ``NSORT == N``).
+
+    Program ``p`` ranks sequences ``[p*BI, (p+1)*BI)`` against all ``N``,
+    ``BJ`` at a time (``N^2`` comparisons in all), and writes each index
+    at its rank.  The ranks are a permutation of ``[0, N)`` whatever
+    ``cu_seqlens`` holds (a strict total order), so every entry is written
+    once and every store stays inside ``order``."""
+    i = tl.program_id(0) * BI + tl.arange(0, BI)
+    m_i = i < N
+    bos, eos = block_bounds(cu_seqlens, i, m_i, T)
+    n_i = (eos - bos + CHUNK - 1) // CHUNK
+    rank = tl.zeros([BI], dtype=tl.int32)
+    for j0 in range(0, NSORT, BJ):
+        j = j0 + tl.arange(0, BJ)
+        m_j = j < NSORT
+        bos_j, eos_j = block_bounds(cu_seqlens, j, m_j, T)
+        n_j = (eos_j - bos_j + CHUNK - 1) // CHUNK
+        ahead = (n_j[None, :] > n_i[:, None]) | ((n_j[None, :] == n_i[:, None]) & (j[None, :] < i[:, None]))
+        rank += tl.sum((ahead & m_j[None, :]).to(tl.int32), axis=1)
+    rank = tl.where(NSORT > 0, rank, i)
+    tl.store(order + rank, i, mask=m_i)
+
+
+# Sequences a launch of sequence_order_kernel sorts; beyond, it writes 0 ..
+# N-1 (its N^2 comparisons would cost more than they save).
+SORT_LIMIT = 8192
+
+
+@functools.lru_cache(maxsize=256)
+def sequence_order_plan(
+    n_seq: int, seq_len: int, chunk: int, output_name: str, sort: bool = True
+) -> LaunchPlan:
+    """The launch that orders the ``n_seq`` sequences of input
+    ``cu_seqlens`` longest first (:func:`sequence_order_kernel`), for
+    kernels that give each sequence a program and walk its chunks in turn:
+    their programs then start longest first, so that the GPU's last wave
+    is made of short walks (greedy scheduling's longest-first rule).
+    ``sort=False``: index order."""
+    BI = 64
+    return LaunchPlan(
+        kernel=sequence_order_kernel,
+        grid=(cdiv(n_seq, BI),),
+        params=(In("cu_seqlens"), n_seq, seq_len, n_seq if sort and n_seq <= SORT_LIMIT else 0),
+        outputs=(OutputSpec((max(n_seq, 1),), "int32"),),
+        output_names=(output_name,),
+        constexprs=dict(CHUNK=chunk, BI=BI, BJ=64),
+        num_warps=4,
+        num_stages=1,
+    )

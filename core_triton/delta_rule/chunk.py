@@ -162,6 +162,12 @@ KEEP_MATRICES = True
 # stored, against 0.38 without; the backward's 0.50 gone).
 KEEP_WU = True
 
+# Packed input: the chunk walks (the forward's walk and both state passes:
+# a program per sequence and value head, walking its chunks in turn) start
+# the longest sequences first (True: sequences.sequence_order_plan), or in
+# index order (False).
+ORDER_WALKS = True
+
 # Tile sizes and launch options per kernel (keys: the names below); tests
 # and benchmarks may override them.
 TILE_OVERRIDES: dict[str, dict] = {}
@@ -314,6 +320,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     gc = optional("gc", gate is not None)
     cu = optional("cu_seqlens", a.packed)
     co = optional("chunk_offsets", a.packed)
+    order = optional("seq_order", a.packed)
     flags = dict(HK=HK, HV=HV, K=K, V=V, BT=BT, GATE=a.gate, IS_VARLEN=a.packed, IEEE=ieee)
     slot_sizes = (T, N, n_iter, NT, NS)
     per_chunk = OutputSpec((B, T, HV, BT), "float32")
@@ -354,6 +361,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         # slot, the rows the cumsum writes (the packed cumsum's zero fill for
         # the others cost 0.12 ms of KDA's forward at B1 T32k on the H200).
         pre += [_renamed(_unfilled(p), {"x": gate}, ("gc",)) for p in cum.forward]
+    if a.packed:
+        pre.append(sequences.sequence_order_plan(N, T, BT, "seq_order", sort=ORDER_WALKS))
     normalize = steps.normalize(a)
 
     # Beyond K = 128 the walk's state and query tiles spill (up to 1.7 KB a
@@ -445,7 +454,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         "state",
         delta_chunk_fwd_state_kernel,
         lambda t: (cdiv(V, t["BV"]), N * HV),
-        params=(In("kd"), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, T, NT, NS),
+        params=(In("kd"), In("w"), In("uv"), gc, optional("initial_state", use_h0), cu, co, order, T, NT, NS),
         outputs=(
             OutputSpec((max(NS, 1), HV, K, V), "float32"),
             OutputSpec((B, T, HV, V), "float32"),
@@ -483,6 +492,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             optional("initial_state", use_h0),
             cu,
             co,
+            order,
             a.scale,
             T,
             NT,
@@ -540,7 +550,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         lambda t: (cdiv(V, t["BV"]), N * HV),
         params=(
             In("qd" if q_decayed else q),
-            *(In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, a.scale, T, NT, NS),
+            *(In("kd"), In("w"), gc, In("aqk"), In("do"), In("dht"), cu, co, order, a.scale, T, NT, NS),
         ),
         outputs=(
             OutputSpec((max(NS, 1), HV, K, V), "float32"),
@@ -660,6 +670,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         )
         backward += [_renamed(p, {"x": "db_parts"}, ("d_gk",)) for p in cum.forward]
     residuals = ("gc",) if gate is not None else ()
+    if a.packed:
+        residuals += ("seq_order",)
     if a.l2norm:
         # The normalised query and key (in the inputs' dtype: a quarter of
         # q, k, v and the gate's bytes at HV = 2 HK), not normalised again.

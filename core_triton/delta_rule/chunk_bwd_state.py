@@ -18,8 +18,9 @@ products, fewer registers live at once).  Inputs: ``q``
 (with ``Q_DECAYED``, per-channel gates: ``Qd = q exp(b)`` from
 chunk_fwd_wu.py, ``[B*T, HV, K]``), ``kd``, ``w`` (chunk_fwd_wu.py),
 ``gc``, ``aqk``, ``do [B*T, HV, V]``, ``dht``, ``cu_seqlens``,
-``chunk_offsets``.  Outputs: ``dh [slots, HV, K, V]``, ``du [B*T, HV, V]``
-float32 and ``dh0 [N, HV, K, V]``.
+``chunk_offsets``, ``seq_order`` (chunk_common.state_tile).  Outputs:
+``dh [slots, HV, K, V]``, ``du [B*T, HV, V]`` float32 and ``dh0 [N, HV,
+K, V]``.
 """
 
 import triton
@@ -41,6 +42,7 @@ def delta_chunk_bwd_state_kernel(
     dht,
     cu_seqlens,
     chunk_offsets,
+    seq_order,
     scale,
     T,
     NT,
@@ -64,7 +66,7 @@ def delta_chunk_bwd_state_kernel(
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     TWO: tl.constexpr = K > BK  # (the plan makes 2 BK >= K)
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
-        cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
+        cu_seqlens, chunk_offsets, seq_order, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
     )
     i_hk = i_h // (HV // HK)
     o_tt = tl.arange(0, BT)

@@ -183,6 +183,7 @@ def unit_lower_inverse(L, BC: tl.constexpr, EXACT: tl.constexpr):
 def state_tile(
     cu_seqlens,
     chunk_offsets,
+    seq_order,
     T,
     NT,
     NS,
@@ -200,11 +201,23 @@ def state_tile(
     off_kv, state_row)``, its value head, its sequence's rows and chunk slots
     (core_triton.common.sequences), and its ``[BK, BV]`` tile of the
     ``[K, V]`` state (all of K): offsets, masks, offsets inside a state and
-    the first element of its row of ``[N, HV, K, V]`` states."""
+    the first element of its row of ``[N, HV, K, V]`` states.
+
+    Packed input: grid row ``i`` takes sequence ``seq_order[i // HV]``
+    (sequences longest first: sequences.sequence_order_kernel), so that
+    the walks of the longest sequences start first and the GPU's last wave
+    holds short ones (H100, B1 T32k in 16 documents of 64 to 6528 tokens:
+    in index order the walks of the longest started in the middle of the
+    launch)."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
-    i_n = i_nh // HV
     i_h = i_nh % HV
+    if IS_VARLEN:
+        # (clamped: a walk stays in its tensors whatever the order holds)
+        i_n = tl.load(seq_order + i_nh // HV)
+        i_n = tl.minimum(tl.maximum(i_n, 0), tl.num_programs(1) // HV - 1)
+    else:
+        i_n = i_nh // HV
     bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -212,5 +225,5 @@ def state_tile(
     m_v = o_v < V
     m_kv = m_k[:, None] & m_v[None, :]
     off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
-    state_row = i_nh.to(tl.int64) * K * V
+    state_row = (i_n * HV + i_h).to(tl.int64) * K * V
     return i_h, bos, eos, slot0, n_chunks.to(tl.int32), o_k, o_v, m_k, m_v, m_kv, off_kv, state_row

@@ -8,7 +8,8 @@ chunks in order, with the float32 state ``S [K, BV]`` (all of K):
     S = exp(b_last) S + Kd^T U                      (b_last: the chunk's last token)
 
 Inputs: ``kd``, ``w [B*T, HV, K]``, ``uv [B*T, HV, V]`` (chunk_intra.py),
-``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``.  Outputs:
+``gc``, ``h0 [N, HV, K, V]``, ``cu_seqlens``, ``chunk_offsets``,
+``seq_order`` (chunk_common.state_tile).  Outputs:
 ``h [slots, HV, K, V]``, ``u [B*T, HV, V]`` (in the dtype of ``w``: the
 inputs' for half inputs, chunk.py) and ``final [N, HV, K, V]`` (float32).
 The backward runs it (rather than keep ``h`` and ``u`` from the
@@ -33,6 +34,7 @@ def delta_chunk_fwd_state_kernel(
     h0,
     cu_seqlens,
     chunk_offsets,
+    seq_order,
     T,
     NT,
     NS,
@@ -53,7 +55,7 @@ def delta_chunk_fwd_state_kernel(
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
-        cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
+        cu_seqlens, chunk_offsets, seq_order, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
     )
 
     S = tl.zeros([BK, BV], dtype=tl.float32)

@@ -38,7 +38,8 @@ v [B*T, HV, V]``, ``beta [B*T, HV]``, ``tinv, aqk [B*T, HV, BT]``,
 ``WU_HERE``, ``v``, ``beta``, ``tinv`` without).  With ``Q_DECAYED``
 (per-channel gates, chunk.WALK_READS_QD) ``q`` is ``Qd = q * exp(b)
 [B*T, HV, K]`` from chunk_fwd_wu.py, and of ``gc`` only each chunk's last
-row is read.
+row is read.  Packed input: ``cu_seqlens``, ``chunk_offsets``,
+``seq_order`` (chunk_common.state_tile).
 Outputs: ``o [B*T, HV, V]`` (the inputs' dtype), ``final [N, HV, K, V]``
 (float32).
 """
@@ -65,6 +66,7 @@ def delta_chunk_fwd_walk_kernel(
     h0,
     cu_seqlens,
     chunk_offsets,
+    seq_order,
     scale,
     T,
     NT,
@@ -92,7 +94,7 @@ def delta_chunk_fwd_walk_kernel(
     # Scalar (or no) gates: k^T (exp(b_last - b) U) in place of Kd^T U.
     FROM_K: tl.constexpr = GATE != 2
     i_h, bos, eos, slot0, n_chunks, o_k, o_v, m_k, m_v, m_kv, off_kv, state_row = state_tile(
-        cu_seqlens, chunk_offsets, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
+        cu_seqlens, chunk_offsets, seq_order, T, NT, NS, HV, K, V, BT, BK, BV, IS_VARLEN
     )
     i_hk = i_h // (HV // HK)
     o_tt = tl.arange(0, BT)

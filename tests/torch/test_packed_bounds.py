@@ -61,3 +61,47 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
     got = out.float().cpu().numpy()
     assert np.isnan(got[:, written]).all()
     assert (got[:, ~written] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "T,cu",
+    [
+        (70, [50, 60, 10, 20]),  # decreasing: clamped to empty sequences
+        (130, [3, 64, 64, 127]),  # an empty sequence, rows uncovered at both ends
+        (1000, "random"),  # 150 sequences: several programs and blocks of ranks
+        (300, "wild"),  # 100 entries out of order and out of range
+        (640, [0, 64, 128, 192, 256, 320]),  # equal lengths: index order
+    ],
+    ids=["gap", "ends", "random", "wild", "ties"],
+)
+@pytest.mark.parametrize("sort", [True, False])
+def test_sequence_order(T, cu, sort):
+    # sequence_order_plan: the sequences by decreasing count of 16-token
+    # chunks (their bounds clamped as the kernels clamp them), ties in index
+    # order; a permutation, every entry written (the buffer starts at -7).
+    import dataclasses
+
+    from core_triton.common.launch import run_named
+    from core_triton.common.sequences import sequence_order_plan
+    from torch_api._launch import launch
+
+    rng = np.random.default_rng(1)
+    if cu == "random":
+        cu = np.sort(rng.integers(0, T + 1, 151)).tolist()
+    elif cu == "wild":
+        cu = rng.integers(-50, T + 50, 101).tolist()
+    n_seq = len(cu) - 1
+    chunks = []
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        lo = min(max(a, 0), T)
+        hi = min(max(b, lo), T)
+        chunks.append(-(-(hi - lo) // 16))
+    want = sorted(range(n_seq), key=lambda i: (-chunks[i], i)) if sort else list(range(n_seq))
+    if cu != [0, 64, 128, 192, 256, 320]:
+        assert sort is False or want != list(range(n_seq))  # the case reorders
+    plan = sequence_order_plan(n_seq, T, 16, "order", sort=sort)
+    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
+    device = TorchFramework().device
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["order"]
+    assert got.cpu().tolist() == want
