@@ -106,7 +106,7 @@ def chunk_of_slot(
     input, whose grid is sized before ``cu_seqlens`` is known) and its index
     into the chunk-state buffers (``< NS``)."""
     if IS_VARLEN:
-        i_n = find_sequence(chunk_offsets, i_s, N, n_iter)
+        i_n = slot_sequence(chunk_offsets, i_s, N, T, BT)
         bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
         c = i_s.to(tl.int64) - slot0
         valid = (c >= 0) & (c < n_chunks)
@@ -204,33 +204,81 @@ def segment_of_slot(
     return i_n, bos, eos, slot0, c0, c1, seg
 
 
-@jit(sizes=("N", "T"))
-def chunk_offsets_kernel(cu_seqlens, N, T, out, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
-    """``out [N+1]`` int32: cumulative counts of ``CHUNK``-token chunks of
-    the sequences as :func:`sequence_bounds` clamps them, so that an entry
-    that breaks the contract takes no chunk slot from the sequences after
-    it (for valid ``cu_seqlens``: ``prepare_chunk_offsets``).  One program,
-    ``BLOCK`` sequences a step."""
+@triton.jit
+def _max(a, b):
+    return tl.maximum(a, b)
+
+
+@jit(sizes=("N", "T", "NS"))
+def chunk_offsets_kernel(cu_seqlens, N, T, NS, out, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    """``out [N + 1 + NS]`` int32, ``NS = cdiv(T, CHUNK) + N`` (the chunk
+    slots of packed input):
+
+    * ``out[:N+1]``: cumulative counts of ``CHUNK``-token chunks of the
+      sequences as :func:`sequence_bounds` clamps them, so that an entry
+      that breaks the contract takes no chunk slot from the sequences after
+      it (for valid ``cu_seqlens``: ``prepare_chunk_offsets``);
+    * ``out[N+1:]``: for each slot, the sequence that owns it, as
+      :func:`find_sequence` finds it (the largest ``n`` whose offset is at
+      most the slot), so that a program of a chunk slot reads its sequence
+      in one load (:func:`slot_sequence`) instead of ``log2(N)`` dependent
+      ones.  Each sequence that has chunks (and the last one) marks its
+      first slot; a running maximum over the slots fills the rest.
+
+    One program, ``BLOCK`` sequences or slots a step; the steps of one
+    phase complete (a barrier) before the next reads what they wrote."""
+    table = out + N + 1
     carry = tl.sum(tl.zeros([BLOCK], dtype=tl.int32), axis=0)
+    for s0 in range(0, NS, BLOCK):
+        o_s = s0 + tl.arange(0, BLOCK)
+        tl.store(table + o_s, tl.zeros([BLOCK], dtype=tl.int32), mask=o_s < NS)
+    tl.debug_barrier()
     tl.store(out, carry)
     for b0 in range(0, N, BLOCK):
         i = b0 + tl.arange(0, BLOCK)
         m = i < N
         bos, eos = block_bounds(cu_seqlens, i, m, T)
         n = tl.where(m, (eos - bos + CHUNK - 1) // CHUNK, 0).to(tl.int32)
-        tl.store(out + 1 + i, tl.cumsum(n, axis=0) + carry, mask=m)
+        ends = tl.cumsum(n, axis=0) + carry
+        tl.store(out + 1 + i, ends, mask=m)
+        # Sequences without chunks share their first slot with the next
+        # one that has some (or are the last): the largest index marks it.
+        first = ends - n
+        tl.store(table + first, i, mask=m & ((n > 0) | (i == N - 1)) & (first < NS))
         carry += tl.sum(n, axis=0)
+    tl.debug_barrier()
+    owner = carry * 0
+    for s0 in range(0, NS, BLOCK):
+        o_s = s0 + tl.arange(0, BLOCK)
+        m_s = o_s < NS
+        # (.cg: from L2, where the marks went, never a line this SM cached)
+        marks = tl.load(table + o_s, mask=m_s, other=0, cache_modifier=".cg")
+        marks = tl.maximum(tl.associative_scan(marks, 0, _max), owner)
+        tl.store(table + o_s, marks, mask=m_s)
+        owner = tl.max(marks, axis=0)
+
+
+@triton.jit
+def slot_sequence(chunk_offsets, i_s, N, T, BT: tl.constexpr):
+    """The sequence that owns chunk slot ``i_s`` (:func:`find_sequence`'s
+    answer) from the table that :func:`chunk_offsets_kernel` writes after
+    the ``N + 1`` offsets of ``BT``-token chunks of ``T`` rows; in ``[0,
+    max(N, 1))``, and every load inside the table whatever ``i_s`` is."""
+    i = tl.minimum(tl.maximum(i_s, 0), (T + BT - 1) // BT + N - 1)
+    n = tl.load(chunk_offsets + N + 1 + i)
+    return tl.minimum(tl.maximum(n, 0), tl.maximum(N - 1, 0))
 
 
 @functools.lru_cache(maxsize=256)
 def chunk_offsets_plan(n_seq: int, seq_len: int, chunk: int, output_name: str) -> LaunchPlan:
     """The launch that turns input ``cu_seqlens [n_seq+1]`` into the chunk
-    offsets the chunk kernels read (:func:`chunk_offsets_kernel`)."""
+    offsets the chunk kernels read, and each chunk slot's sequence
+    (:func:`chunk_offsets_kernel`)."""
     return LaunchPlan(
         kernel=chunk_offsets_kernel,
         grid=(1,),
-        params=(In("cu_seqlens"), n_seq, seq_len),
-        outputs=(OutputSpec((n_seq + 1,), "int32"),),
+        params=(In("cu_seqlens"), n_seq, seq_len, cdiv(seq_len, chunk) + n_seq),
+        outputs=(OutputSpec((n_seq + 1 + cdiv(seq_len, chunk) + n_seq,), "int32"),),
         output_names=(output_name,),
         constexprs=dict(CHUNK=chunk, BLOCK=1024),
         num_warps=4,

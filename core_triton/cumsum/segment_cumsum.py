@@ -26,7 +26,7 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import stride_hint
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import find_sequence, sequence_chunks
+from core_triton.common.sequences import sequence_chunks, slot_sequence
 
 
 @jit(sizes=("T", "N", "n_iter", *(f"stride_{a}{b}" for a in "xo" for b in "bths")))
@@ -81,7 +81,7 @@ def segment_cumsum_kernel(
     # Window [ws, we) of the packed or batched time axis; the sequence's
     # chunks are slots [first, last).
     if IS_VARLEN:
-        i_n = find_sequence(chunk_offsets, i_w, N, n_iter)
+        i_n = slot_sequence(chunk_offsets, i_w, N, T, CHUNK)
         bos, eos, first, n_chunks = sequence_chunks(
             cu_seqlens, chunk_offsets, i_n, T, 0, tl.num_programs(0), CHUNK, True
         )

@@ -105,3 +105,49 @@ def test_sequence_order(T, cu, sort):
     cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
     got = run_named([plan], {"cu_seqlens": cu_t}, launch)["order"]
     assert got.cpu().tolist() == want
+
+
+@pytest.mark.parametrize(
+    "T,cu",
+    [
+        (70, [50, 60, 10, 20]),  # decreasing: clamped to empty sequences
+        (130, [3, 64, 64, 127]),  # an empty sequence, rows uncovered at both ends
+        (200, "wild"),  # 40 entries out of order and out of range
+        (40, [0, 39, 0, 39, 0, 39, 0, 39, 0, 40]),  # overlaps: offsets past the slots
+        (5000, "random"),  # 1500 sequences, many empty: several blocks of each phase
+        (64, [0, 30, 64, 64]),  # the last sequence empty
+        (20, [5]),  # no sequence
+    ],
+    ids=["gap", "ends", "wild", "overflow", "random", "last_empty", "none"],
+)
+def test_chunk_offsets_slot_table(T, cu):
+    # chunk_offsets_plan's output: the clamped cumulative chunk counts, then
+    # for each of the cdiv(T, 16) + N slots the sequence that owns it: the
+    # largest n whose offset is at most the slot (find_sequence's answer),
+    # 0 without sequences; every entry written (the buffer starts at -7).
+    import dataclasses
+
+    from core_triton.common.launch import run_named
+    from core_triton.common.sequences import chunk_offsets_plan
+    from torch_api._launch import launch
+
+    rng = np.random.default_rng(2)
+    if cu == "wild":
+        cu = rng.integers(-50, T + 50, 41).tolist()
+    elif cu == "random":
+        cu = np.sort(rng.integers(0, T + 1, 1501)).tolist()
+    n_seq = len(cu) - 1
+    offsets = [0]
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        lo = min(max(a, 0), T)
+        hi = min(max(b, lo), T)
+        offsets.append(offsets[-1] + -(-(hi - lo) // 16))
+    n_slots = -(-T // 16) + n_seq
+    owners = [max([n for n in range(n_seq) if offsets[n] <= s], default=0) for s in range(n_slots)]
+    if T == 40:
+        assert offsets[-1] > n_slots  # the case overflows the slots
+    plan = chunk_offsets_plan(n_seq, T, 16, "co")
+    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
+    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["co"].cpu().tolist()
+    assert got == offsets + owners
