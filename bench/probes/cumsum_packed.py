@@ -3,9 +3,14 @@ cumsum (what the gated delta rule runs on KDA's per-channel gates: B1 T32k
 in 16 documents, HV 32, K 128, float32, chunks of 64) with each count of
 feature tiles per program (core_triton.cumsum.plan.PACKED_FEATURE_TILES),
 beside the same tokens batched (B4 T8k) and fla's ``chunk_local_cumsum``,
-device time from CUDA-graph replay.  ``python -m bench.probes.cumsum_packed``."""
+device time from CUDA-graph replay.  ``python -m bench.probes.cumsum_packed``;
+``CUMSUM_SWEEP=1`` also times the packed case at each feature-tile width
+(plan.MAX_FEATURE_TILE), warp count (plan.NUM_WARPS) and count of feature
+tiles a program of 1 and 8."""
 
 from __future__ import annotations
+
+import os
 
 from bench.common import graph_time_per_call
 
@@ -33,6 +38,17 @@ def main():
         line.append(f"packed FT {ft}: {t * 1e6:.1f} us ({nbytes / t / 1e9:.0f} GB/s)")
     plan.PACKED_FEATURE_TILES = default
     plan.make_plans.cache_clear()
+    if os.environ.get("CUMSUM_SWEEP"):
+        for bf in (32, 64, 128):
+            for warps in (2, 4, 8):
+                for ft in (1, 8):
+                    plan.MAX_FEATURE_TILE, plan.NUM_WARPS, plan.PACKED_FEATURE_TILES = bf, warps, ft
+                    plan.make_plans.cache_clear()
+                    t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(x, 64, cu_seqlens=cu))
+                    line.append(f"packed BF {bf} warps {warps} FT {ft}: {t * 1e6:.1f} us")
+                    print(line[-1], flush=True)
+        plan.MAX_FEATURE_TILE, plan.NUM_WARPS, plan.PACKED_FEATURE_TILES = 64, 4, default
+        plan.make_plans.cache_clear()
     t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(batched, 64))
     line.append(f"batched B4: {t * 1e6:.1f} us ({nbytes / t / 1e9:.0f} GB/s)")
     try:

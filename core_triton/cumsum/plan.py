@@ -28,6 +28,11 @@ _GLOBAL_CHUNK_INTERPRETED = 64
 # eight, 445.0 with sixteen (the same tokens batched: 381.0).
 PACKED_FEATURE_TILES = 8
 
+# Warps per program, and the tile's feature width at most (plan's ``bf``);
+# settings for tuning probes (bench/probes/cumsum_packed.py).
+NUM_WARPS = 4
+MAX_FEATURE_TILE = 64
+
 
 # Plans depend on shapes and options only: cache them, so an eager call
 # (PyTorch, or JAX outside jit) does not rebuild them every time.
@@ -71,7 +76,7 @@ def make_plans(
 def _local_tile(chunk: int, F: int) -> tuple[int, int]:
     """(BT, BF) of a chunk-window program: feature rows up to 64 wide (256
     bytes of float32, whole cache lines), time filling the rest of the tile."""
-    bf = min(next_power_of_2(F), 64)
+    bf = min(next_power_of_2(F), MAX_FEATURE_TILE)
     return min(chunk, max(16, _TILE_ELEMENTS // bf)), bf
 
 
@@ -234,7 +239,7 @@ def plan(
                 BJ=16,
                 FT=ft,
             ),
-            num_warps=4,
+            num_warps=NUM_WARPS,
             num_stages=2,
         )
 
