@@ -5,7 +5,7 @@ feature tiles per program (core_triton.cumsum.plan.PACKED_FEATURE_TILES),
 beside the same tokens batched (B4 T8k) and fla's ``chunk_local_cumsum``,
 device time from CUDA-graph replay.  ``python -m bench.probes.cumsum_packed``;
 ``CUMSUM_SWEEP=1`` also times the packed case at each feature-tile width
-(plan.MAX_FEATURE_TILE), warp count (plan.NUM_WARPS) and count of feature
+(plan.MAX_FEATURE_TILE), warp count (plan.PACKED_NUM_WARPS) and count of feature
 tiles a program of 1 and 8."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def main():
     batched = x.view(4, T // 4, H, K)
     nbytes = 2 * x.numel() * 4
     default = plan.PACKED_FEATURE_TILES
+    warps_default = plan.PACKED_NUM_WARPS
     line = []
     for ft in (1, 2, 4, 8, 16, 64):
         plan.PACKED_FEATURE_TILES = ft
@@ -42,12 +43,12 @@ def main():
         for bf in (32, 64, 128):
             for warps in (2, 4, 8):
                 for ft in (1, 8):
-                    plan.MAX_FEATURE_TILE, plan.NUM_WARPS, plan.PACKED_FEATURE_TILES = bf, warps, ft
+                    plan.MAX_FEATURE_TILE, plan.PACKED_NUM_WARPS, plan.PACKED_FEATURE_TILES = bf, warps, ft
                     plan.make_plans.cache_clear()
                     t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(x, 64, cu_seqlens=cu))
                     line.append(f"packed BF {bf} warps {warps} FT {ft}: {t * 1e6:.1f} us")
                     print(line[-1], flush=True)
-        plan.MAX_FEATURE_TILE, plan.NUM_WARPS, plan.PACKED_FEATURE_TILES = 64, 4, default
+        plan.MAX_FEATURE_TILE, plan.PACKED_NUM_WARPS, plan.PACKED_FEATURE_TILES = 64, warps_default, default
         plan.make_plans.cache_clear()
     t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(batched, 64))
     line.append(f"batched B4: {t * 1e6:.1f} us ({nbytes / t / 1e9:.0f} GB/s)")

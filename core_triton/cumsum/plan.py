@@ -22,14 +22,25 @@ _TILE_ELEMENTS = 4096
 # interpreter, shorter chunks make the tests' short sequences span several.
 _GLOBAL_CHUNK = 256
 _GLOBAL_CHUNK_INTERPRETED = 64
-# Feature tiles per program for packed input (plan's ``ft``).  H100,
-# chunk_local_cumsum of [1, 32768, 32, 128] float32 in 16 documents, chunks
-# of 64, CUDA-graph replay: 508.5 us with one, 455.6 with two, 447.0 with
-# eight, 445.0 with sixteen (the same tokens batched: 381.0).
-PACKED_FEATURE_TILES = 8
+# Packed input: feature tiles per program (plan's ``ft``) and warps per
+# program.  H100, chunk_local_cumsum of [1, 32768, 32, 128] float32 in 16
+# documents, chunks of 64, CUDA-graph replay, us (the same tokens batched:
+# 381.0 at 4 warps; fla's packed kernel 381.9):
+#
+#   warps       2      4      8
+#   1 tile    388.5  496.4  452.9
+#   8 tiles   402.5  446.3  438.4
+#
+# (with a binary search for the window's sequence, before chunk_offsets
+# carried each slot's: 508.5 at 1 tile and 4 warps, 447.0 at 8).  A packed
+# program waits on two dependent loads (its slot's sequence, then that
+# sequence's bounds) before its tile's; two warps a program fit twice the
+# programs on an SM, which most likely hides that wait (not profiled).
+PACKED_FEATURE_TILES = 1
+PACKED_NUM_WARPS = 2
 
-# Warps per program, and the tile's feature width at most (plan's ``bf``);
-# settings for tuning probes (bench/probes/cumsum_packed.py).
+# Warps per program of batched input, and the tile's feature width at most
+# (plan's ``bf``; 32 or 128 were no faster for packed input above).
 NUM_WARPS = 4
 MAX_FEATURE_TILE = 64
 
@@ -239,7 +250,7 @@ def plan(
                 BJ=16,
                 FT=ft,
             ),
-            num_warps=NUM_WARPS,
+            num_warps=PACKED_NUM_WARPS if varlen else NUM_WARPS,
             num_stages=2,
         )
 
