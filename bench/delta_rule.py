@@ -9,6 +9,9 @@ documents and B4 T4k, L2-normalised q/k as the models run them.  fla's
 backward is reported as refused where it raises (its Hopper guard for
 Triton < 3.7.1).
 
+``TWINKERNELS_BENCH_IMPLS`` (comma-separated: ``torch``, ``jax``, ``fla``)
+keeps those implementations of the training cases.
+
 Decoding: one token per sequence against a float32 state (B16, B64), ours
 in place against fla's ``fused_recurrent_gated_delta_rule``: device time
 from CUDA-graph replay, with "bw" the state's bytes read and written once
@@ -116,6 +119,11 @@ def _train_rows(torch, jax, jnp, torch_api, jax_api, op, B, T, docs):
     except Exception as e:  # fla is optional: say why it is missing
         print(f"fla not benchmarked: {type(e).__name__}: {e}")
     shape = f"B{B} T{T // 1024}k" + (f" {docs} docs" if docs else "")
+    # TWINKERNELS_BENCH_IMPLS="fla" times those implementations only: a
+    # device call that runs fla's autotuning once, whose results Triton's
+    # cache keeps (gpu_run.sh saves it) for a later call's full run.
+    keep = [i for i in os.environ.get("TWINKERNELS_BENCH_IMPLS", "").split(",") if i]
+    impls = {n: v for n, v in impls.items() if not keep or n in keep or n.split()[-1] in keep}
     rows = []
     for name, (kind, fn) in impls.items():
         if kind == "torch":
