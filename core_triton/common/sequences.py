@@ -104,7 +104,10 @@ def chunk_of_slot(
     sequence's rows ``[bos, eos)``, the chunk's own rows ``[ts, te)`` (empty,
     ``ts == te``, for a slot that holds no chunk: the spare slots of packed
     input, whose grid is sized before ``cu_seqlens`` is known) and its index
-    into the chunk-state buffers (``< NS``)."""
+    into the chunk-state buffers (``< NS``).  ``chunk_offsets`` is
+    :func:`chunk_offsets_kernel`'s output for ``BT``-row chunks, its slot
+    table included; ``n_iter`` is no longer read (the binary search it
+    bounded gave way to that table) and stays for the callers."""
     if IS_VARLEN:
         i_n = slot_sequence(chunk_offsets, i_s, N, T, BT)
         bos, eos, slot0, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)

@@ -81,6 +81,8 @@ def segment_cumsum_kernel(
     # Window [ws, we) of the packed or batched time axis; the sequence's
     # chunks are slots [first, last).
     if IS_VARLEN:
+        # (chunk_offsets carries each slot's sequence; n_iter, the bound of
+        # the binary search that table replaced, is no longer read)
         i_n = slot_sequence(chunk_offsets, i_w, N, T, CHUNK)
         bos, eos, first, n_chunks = sequence_chunks(
             cu_seqlens, chunk_offsets, i_n, T, 0, tl.num_programs(0), CHUNK, True
