@@ -24,6 +24,16 @@ os.environ.setdefault("TWINKERNELS_POISON", "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 # JAX would take 75% of a GPU's memory at start; torch shares the GPU here.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# torch.compile's on-disk caches key a graph on its ops and inputs, not on
+# what our ops' fake implementations return: a graph compiled against an
+# older checkout (an index array since grown) replayed its stale shape
+# checks.  Each test process compiles afresh unless the user chose a dir.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    import atexit
+    import tempfile
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="twinkernels-inductor-")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 
 
 def _threads_per_worker() -> int:
