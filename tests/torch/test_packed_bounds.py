@@ -151,3 +151,24 @@ def test_chunk_offsets_slot_table(T, cu):
     cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
     got = run_named([plan], {"cu_seqlens": cu_t}, launch)["co"].cpu().tolist()
     assert got == offsets + owners
+
+
+def test_sequence_order_past_the_limit(monkeypatch):
+    # More sequences than sequences.SORT_LIMIT: index order, every entry
+    # written.
+    import dataclasses
+
+    from core_triton.common import sequences
+    from core_triton.common.launch import run_named
+    from torch_api._launch import launch
+
+    monkeypatch.setattr(sequences, "SORT_LIMIT", 100)
+    cu = np.sort(np.random.default_rng(3).integers(0, 1001, 151)).tolist()
+    plan = sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order")
+    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
+    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["order"]
+    assert got.cpu().tolist() == list(range(150))
+    monkeypatch.setattr(sequences, "SORT_LIMIT", 1024)
+    plan = sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order")
+    assert run_named([plan], {"cu_seqlens": cu_t}, launch)["order"].cpu().tolist() != list(range(150))
