@@ -95,21 +95,13 @@ Q_DECAYED = True
 # normalised queries every |Qd| is at most 1, so float16 holds it with 11
 # significant bits, which the walk's tf32 product keeps whole (the float32
 # product it forms otherwise loses the same bits there); bf16's 8 took the
-# half-precision test's output error over its bound (1.04e-2).  Off: at the
-# walk's default tiles it most likely cost KDA's forward 2.21 ms against
-# 2.12 (H100, B4 T4k HV32 K=V=128 bf16, docs/benchmarks.md); what it is for,
-# value tiles of 128 on 8 warps in 2 stages (no longer over the shared
-# memory), is not yet measured.
+# half-precision test's output error over its bound (1.04e-2).  Off (H100,
+# KDA HV32 K=V=128 bf16, with P_FLOAT16, wall ms): B4 T4k forward 2.25
+# against 2.12, B1 T32k in 16 documents forward 4.72 against 4.58 (the W/Uv
+# launch's Qd store), forward+backward 21.87 against 22.02 (the training
+# forward stores Qd anyway: KEEP_WU); value tiles of 128 on 8 warps were
+# slower still (docs/benchmarks.md, twenty-fifth session).
 WALK_READS_QD = False
-
-# Per-channel gates: the diagonal-block launch forms the in-chunk cumsum of
-# gk itself (chunk_diag.py's GC_HERE) and no cumsum launch runs before it
-# (True), or it reads the cumsum launch's (False).  The forward then reads
-# gk once and writes gc once, where the cumsum launch wrote gc and the
-# diagonal blocks read it back (at B4 T4k HV32 K=128: 0.27 GB, about 0.09 ms
-# of the H100's bandwidth, and the cumsum launch took 0.19 ms).  Not yet
-# measured on a GPU: off.
-CUMSUM_IN_DIAG = False
 
 # Half-precision inputs with use_qk_l2norm: the decayed scores P (aqk) stored
 # in float16 (True) rather than float32 (False).  With normalised q and k
@@ -121,7 +113,9 @@ CUMSUM_IN_DIAG = False
 # backward state pass once per value tile, the query/key gradient kernel).
 # Offline sm_90 builds (KDA K = V = 128 bf16): the walk's shared memory 172
 # KB against 205 (its spills 268 bytes against 44), the backward state
-# pass's 57 KB against 74.  Not yet measured on a GPU: off.
+# pass's 57 KB against 74.  Off: the walk took 0.93 ms against 0.67 (H100,
+# KDA B4 T4k, forward 2.37 against 2.12 wall; docs/benchmarks.md,
+# twenty-fifth session).
 P_FLOAT16 = False
 
 # Half-precision inputs: W, Uv, Kd and Qd (what the chunk kernels hand
@@ -343,10 +337,8 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             num_stages=stages,
         )
 
-    # (per-channel gates: the diagonal blocks' launch forms gc: CUMSUM_IN_DIAG)
-    cum_in_diag = a.gate == VECTOR_GATE and CUMSUM_IN_DIAG
     pre = []
-    if gate is not None and not cum_in_diag:
+    if gate is not None:
         shape = (B, T, HV) if a.gate == SCALAR_GATE else (B, T, HV, K)
         cum = cumsum_plan.make_plans(
             _info(shape, dtypes[gate]),
@@ -379,12 +371,10 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
     p_stored = a.gate == VECTOR_GATE or _tiles(outputs_by, K, V, interpreted, a.gate)["P_FROM_AQK"]
     g_whole = _tiles("intra", K, V, interpreted, a.gate)["G_WHOLE"]
 
-    def intra_plan(store_bwd, gc_here=False):
+    def intra_plan(store_bwd):
         # The forward stores P only for a kernel that reads it (p_stored),
         # and G (scalar or no gates, with G_WHOLE) only to read its blocks
         # back; the backward, which runs this again, needs both whole.
-        # gc_here: the diagonal blocks' launch forms gc (CUMSUM_IN_DIAG; the
-        # backward, which has gc from the forward, never asks it).
         scratch = OutputSpec((1,), "float32")
         if a.gate == VECTOR_GATE:
             # Per-channel gates: the diagonal blocks of P and G from their own
@@ -393,15 +383,11 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
             diag = tiled(
                 "diag",
                 delta_chunk_diag_kernel,
-                (lambda t: (BT // BLOCK, NG, B * HV)) if gc_here else (lambda t: (NG, B * HV, BT // BLOCK)),
-                params=(In(q), In(k), In(gate) if gc_here else gc, cu, co, *slot_sizes),
-                # (gc unfilled: the kernels read it only in rows of chunks, the
-                # rows this writes, as the cumsum launch's above)
-                outputs=(diag_spec, diag_spec, OutputSpec((B, T, HV, K) if gc_here else (1,), "float32")),
-                output_names=("pdiag", "gdiag", "gc" if gc_here else "diag_gc_unused"),
-                constexprs=dict(
-                    HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee, GC_HERE=gc_here
-                ),
+                lambda t: (NG, B * HV, BT // BLOCK),
+                params=(In(q), In(k), gc, cu, co, *slot_sizes),
+                outputs=(diag_spec, diag_spec),
+                output_names=("pdiag", "gdiag"),
+                constexprs=dict(HK=HK, HV=HV, K=K, BT=BT, BC=BLOCK, IS_VARLEN=a.packed, IEEE=ieee),
             )
             intra = tiled(
                 "intra",
@@ -532,7 +518,7 @@ def make_plans(a: DeltaRuleArgs, dtypes: dict[str, str]):
         return (
             *pre,
             *normalize,
-            *intra_plan(store_bwd, cum_in_diag),
+            *intra_plan(store_bwd),
             *wu_fwd,
             *tail,
             *uncovered(tail[-1], ("o",)),

@@ -16,17 +16,6 @@ Outputs: ``pdiag``, ``gdiag`` ``[B*T, HV, BC]`` float32: row ``i`` of block
 ``I`` holds its ``BC`` columns of block ``(I, I)`` (``P`` with its
 diagonal, 0 above it; ``G`` 0 from it on, and past the chunk's end).  Rows
 of no chunk are not written (nothing reads them).
-
-With ``GC_HERE`` the launch also forms ``gc`` (chunk.CUMSUM_IN_DIAG): ``g``
-is then ``gk`` itself ``[B*T, HV, K]`` (any float dtype), and each block's
-program writes its rows of the in-chunk cumsum ``gc`` (float32, each K
-tile: one inclusive scan of the chunk's rows up to the block's last, the
-same scan in every block's program), then reads them back after a barrier
-as the launch without it reads ``gc``; no cumsum launch runs before it
-(whose output this launch would read again).  Its grid then takes the block fastest, ``(BT / BC,
-slots, batch rows x value heads)``, so that a chunk's four programs, which
-each read the chunk's earlier rows, run side by side and share them
-through L2.
 """
 
 import triton.language as tl
@@ -39,7 +28,7 @@ from core_triton.delta_rule.chunk_common import diagonal_tile, rows_tile, slot_c
 def delta_chunk_diag_kernel(
     q,
     k,
-    g,
+    gc,
     cu_seqlens,
     chunk_offsets,
     T,
@@ -49,7 +38,6 @@ def delta_chunk_diag_kernel(
     NS,
     pdiag,
     gdiag,
-    gc_out,
     HK: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -58,17 +46,10 @@ def delta_chunk_diag_kernel(
     BK: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
-    GC_HERE: tl.constexpr = False,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
-    if GC_HERE:
-        I = tl.program_id(0)
-        i_s, i_bh = tl.program_id(1), tl.program_id(2)
-        gc = gc_out
-    else:
-        I = tl.program_id(2)
-        i_s, i_bh = tl.program_id(0), tl.program_id(1)
-        gc = g
+    I = tl.program_id(2)
+    i_s, i_bh = tl.program_id(0), tl.program_id(1)
     i_h, i_hk, ts, te, _ = slot_chunk(
         cu_seqlens, chunk_offsets, i_s, i_bh, T, N, n_iter, NT, NS, HK, HV, BT, IS_VARLEN
     )
@@ -85,23 +66,6 @@ def delta_chunk_diag_kernel(
         m_k = o_k < K
         b_q = rows_tile(q, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
         b_ki = rows_tile(k, o_i, m_i, HK, i_hk, K, o_k, m_k).to(tl.float32)
-        if GC_HERE:
-            # The chunk's cumsum up to this block's last row, one scan of the
-            # chunk-wide tile (rows after it masked: they change no earlier
-            # prefix), so that every block's program forms its rows as the
-            # same scan does, and b_i - b_j of rows in neighbouring blocks
-            # carries no more rounding than within a block (a separate sum
-            # of the earlier rows took a strong-decay test's float32 d_gk
-            # from under 1e-5 of its scale to 2.6e-5).  This block's rows
-            # are stored, then read back after a barrier (as diagonal_tile
-            # reads its middle row and the tile transposed).
-            o_c0 = ts + tl.arange(0, BT)
-            m_c0 = (o_c0 < r + BC) & (o_c0 < te)
-            b_cum = tl.cumsum(rows_tile(g, o_c0, m_c0, HV, i_h, K, o_k, m_k).to(tl.float32), axis=0)
-            mine = (o_c0 >= r) & m_c0
-            p_gc = gc + (o_c0[:, None] * HV + i_h) * K + o_k[None, :]
-            tl.store(p_gc, b_cum, mask=mine[:, None] & m_k[None, :])
-            tl.debug_barrier()
         b_bi = rows_tile(gc, o_i, m_i, HV, i_h, K, o_k, m_k)
         acc_p, acc_g = diagonal_tile(q, k, gc, b_q, b_ki, b_bi, acc_p, acc_g, ts, te, i_h, i_hk, I, o_i, m_i,
                                      HK, HV, K, BC, o_k, m_k, PREC)  # fmt: skip

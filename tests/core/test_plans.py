@@ -239,8 +239,7 @@ def test_delta_rule_per_chunk_grids_hold_one_program_per_chunk_slot(gate, packed
     for p in (*plans.forward, *plans.backward, *plans.inference):
         name = p.kernel.__name__ if hasattr(p.kernel, "__name__") else str(p.kernel)
         if name in per_chunk:
-            # (the diagonal blocks' launch that forms gc takes the block first)
-            axis = per_chunk[name] + int(bool(p.constexprs.get("GC_HERE")))
+            axis = per_chunk[name]
             assert p.grid[axis] == slots and p.grid[axis + 1] == B * HV, (name, p.grid)
             seen.add(name)
     assert {"delta_chunk_intra_kernel", "delta_chunk_bwd_dv_kernel", "delta_chunk_bwd_dqk_kernel"} <= seen
@@ -263,28 +262,6 @@ def test_delta_rule_walk_reads_float16_qd_only_for_normalised_half_inputs(l2, mo
             assert (qd.dtype, qd.shape) == ("float16", (2, 300, 4, 64))
         else:
             assert qd.shape == ((2, 300, 4, 64) if kept else (1,)) and qd.dtype == "bfloat16"
-
-
-@pytest.mark.parametrize("on", [True, False])
-def test_delta_rule_cumsum_in_diag_replaces_the_cumsum_launch(on, monkeypatch):
-    # chunk.CUMSUM_IN_DIAG: per-channel gates' diagonal-block launch reads gk
-    # and writes gc, and no cumsum launch runs; the backward (gc kept from
-    # the forward) forms none.
-    from core_triton.delta_rule import chunk
-
-    B, T = 1, 300
-    plans = _delta_plans(monkeypatch, {"CUMSUM_IN_DIAG": on}, B=B, T=T, V=32, packed=True)
-    for launches in (plans.forward, plans.inference):
-        names = [p.kernel.__name__ for p in launches]
-        diag = _launch(launches, "delta_chunk_diag_kernel")
-        assert ("segment_cumsum_kernel" in names) != on
-        assert diag.constexprs["GC_HERE"] == on and (diag.params[2] == In("gk")) == on
-        assert ("gc" in diag.output_names) == on
-        if on:
-            gc = dict(zip(diag.output_names, diag.outputs, strict=True))["gc"]
-            assert (gc.shape, gc.dtype, gc.fill) == ((B, T, 4, 64), "float32", None)
-            assert diag.grid == (chunk.CHUNK // chunk.BLOCK, cdiv(T, chunk.CHUNK) + 3, B * 4)
-    assert "gc" in plans.residuals
 
 
 @pytest.mark.parametrize("dtype,l2", [("bfloat16", True), ("bfloat16", False), ("float32", True)])

@@ -257,26 +257,6 @@ class DeltaRuleSuite(KernelLevelCases):
             with chunk_settings(self.fw, KEEP_WU=keep_wu, Q_DECAYED=q_decayed):
                 check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
 
-    @pytest.mark.parametrize(
-        "dtype,case", [("float32", "strong"), ("float32", "packed"), ("bfloat16", "packed")]
-    )
-    def test_cumsum_in_diag(self, dtype, case):
-        # CUMSUM_IN_DIAG: the diagonal blocks' launch forms gk's in-chunk
-        # cumsum (no cumsum launch); the backward reads the gc it stored, and
-        # forms its own per-chunk matrices with KEEP_MATRICES off.  "strong":
-        # test_strong_decays' case (about exp(-9) a token), where b_i - b_j
-        # of rows in neighbouring blocks must carry no more rounding than the
-        # cumsum launch's (a separate sum of a block's earlier rows failed
-        # it: d_gk 2.6e-5 of its scale).
-        self._kernel_level()
-        if case == "strong":
-            x, cu, cots = make_case(self.fw, gate="gk", B=1, T=130, strength=-9.0, seed=6)
-        else:
-            x, cu, cots = make_case(self.fw, gate="gk", packed=True, seed=21)
-        for keep in (True, False):
-            with chunk_settings(self.fw, CUMSUM_IN_DIAG=True, KEEP_MATRICES=keep):
-                check_case(self.fw, self._fn("chunk", l2=True), x, cu, cots, dtype=dtype, l2=True)
-
     @pytest.mark.parametrize("gate,dtype", [("gk", "bfloat16"), ("g", "bfloat16"), ("gk", "float16")])
     def test_scores_in_float16(self, gate, dtype):
         # P_FLOAT16: the decayed scores P stored in float16 (|P| <= 1 with
