@@ -63,6 +63,31 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
     assert (got[:, ~written] == 0).all()
 
 
+def _chunk_counts(cu, T, chunk=16):
+    """Each sequence's count of ``chunk``-token chunks, its bounds clamped
+    as the kernels clamp them (core_triton.common.sequences)."""
+    counts = []
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        lo = min(max(a, 0), T)
+        hi = min(max(b, lo), T)
+        counts.append(-(-(hi - lo) // chunk))
+    return counts
+
+
+def _run_filled(plan, cu):
+    """The list that ``plan``'s one output holds after it runs on
+    ``cu_seqlens = cu``, the output filled with -7 first (so that an entry
+    the kernel leaves unwritten shows)."""
+    import dataclasses
+
+    from core_triton.common.launch import run_named
+    from torch_api._launch import launch
+
+    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
+    return run_named([plan], {"cu_seqlens": cu_t}, launch)[plan.output_names[0]].cpu().tolist()
+
+
 @pytest.mark.parametrize(
     "T,cu",
     [
@@ -78,12 +103,8 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
 def test_sequence_order(T, cu, sort):
     # sequence_order_plan: the sequences by decreasing count of 16-token
     # chunks (their bounds clamped as the kernels clamp them), ties in index
-    # order; a permutation, every entry written (the buffer starts at -7).
-    import dataclasses
-
-    from core_triton.common.launch import run_named
+    # order; a permutation, every entry written.
     from core_triton.common.sequences import sequence_order_plan
-    from torch_api._launch import launch
 
     rng = np.random.default_rng(1)
     if cu == "random":
@@ -91,20 +112,11 @@ def test_sequence_order(T, cu, sort):
     elif cu == "wild":
         cu = rng.integers(-50, T + 50, 101).tolist()
     n_seq = len(cu) - 1
-    chunks = []
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        lo = min(max(a, 0), T)
-        hi = min(max(b, lo), T)
-        chunks.append(-(-(hi - lo) // 16))
+    chunks = _chunk_counts(cu, T)
     want = sorted(range(n_seq), key=lambda i: (-chunks[i], i)) if sort else list(range(n_seq))
     if cu != [0, 64, 128, 192, 256, 320]:
         assert sort is False or want != list(range(n_seq))  # the case reorders
-    plan = sequence_order_plan(n_seq, T, 16, "order", sort=sort)
-    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
-    device = TorchFramework().device
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
-    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["order"]
-    assert got.cpu().tolist() == want
+    assert _run_filled(sequence_order_plan(n_seq, T, 16, "order", sort=sort), cu) == want
 
 
 @pytest.mark.parametrize(
@@ -124,12 +136,8 @@ def test_chunk_offsets_slot_table(T, cu):
     # chunk_offsets_plan's output: the clamped cumulative chunk counts, then
     # for each of the cdiv(T, 16) + N slots the sequence that owns it: the
     # largest n whose offset is at most the slot (find_sequence's answer),
-    # 0 without sequences; every entry written (the buffer starts at -7).
-    import dataclasses
-
-    from core_triton.common.launch import run_named
+    # 0 without sequences; every entry written.
     from core_triton.common.sequences import chunk_offsets_plan
-    from torch_api._launch import launch
 
     rng = np.random.default_rng(2)
     if cu == "wild":
@@ -137,38 +145,25 @@ def test_chunk_offsets_slot_table(T, cu):
     elif cu == "random":
         cu = np.sort(rng.integers(0, T + 1, 1501)).tolist()
     n_seq = len(cu) - 1
-    offsets = [0]
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        lo = min(max(a, 0), T)
-        hi = min(max(b, lo), T)
-        offsets.append(offsets[-1] + -(-(hi - lo) // 16))
+    offsets = np.cumsum([0, *_chunk_counts(cu, T)]).tolist()
     n_slots = -(-T // 16) + n_seq
     owners = [max([n for n in range(n_seq) if offsets[n] <= s], default=0) for s in range(n_slots)]
     if T == 40:
         assert offsets[-1] > n_slots  # the case overflows the slots
-    plan = chunk_offsets_plan(n_seq, T, 16, "co")
-    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
-    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["co"].cpu().tolist()
-    assert got == offsets + owners
+    assert _run_filled(chunk_offsets_plan(n_seq, T, 16, "co"), cu) == offsets + owners
 
 
 def test_sequence_order_past_the_limit(monkeypatch):
     # More sequences than sequences.SORT_LIMIT: index order, every entry
-    # written.
-    import dataclasses
-
+    # written (the plan uncached: it reads the limit).
     from core_triton.common import sequences
-    from core_triton.common.launch import run_named
-    from torch_api._launch import launch
 
-    monkeypatch.setattr(sequences, "SORT_LIMIT", 100)
     cu = np.sort(np.random.default_rng(3).integers(0, 1001, 151)).tolist()
-    plan = sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order")
-    plan = dataclasses.replace(plan, outputs=tuple(dataclasses.replace(o, fill=-7.0) for o in plan.outputs))
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=TorchFramework().device)
-    got = run_named([plan], {"cu_seqlens": cu_t}, launch)["order"]
-    assert got.cpu().tolist() == list(range(150))
+    monkeypatch.setattr(sequences, "SORT_LIMIT", 100)
+    assert _run_filled(sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order"), cu) == list(
+        range(150)
+    )
     monkeypatch.setattr(sequences, "SORT_LIMIT", 1024)
-    plan = sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order")
-    assert run_named([plan], {"cu_seqlens": cu_t}, launch)["order"].cpu().tolist() != list(range(150))
+    assert _run_filled(sequences.sequence_order_plan.__wrapped__(150, 1000, 16, "order"), cu) != list(
+        range(150)
+    )
