@@ -277,11 +277,12 @@ def chunk_offsets_plan(n_seq: int, seq_len: int, chunk: int, output_name: str) -
     """The launch that turns input ``cu_seqlens [n_seq+1]`` into the chunk
     offsets the chunk kernels read, and each chunk slot's sequence
     (:func:`chunk_offsets_kernel`)."""
+    n_slots = cdiv(seq_len, chunk) + n_seq  # packed input's chunk slots
     return LaunchPlan(
         kernel=chunk_offsets_kernel,
         grid=(1,),
-        params=(In("cu_seqlens"), n_seq, seq_len, cdiv(seq_len, chunk) + n_seq),
-        outputs=(OutputSpec((n_seq + 1 + cdiv(seq_len, chunk) + n_seq,), "int32"),),
+        params=(In("cu_seqlens"), n_seq, seq_len, n_slots),
+        outputs=(OutputSpec((n_seq + 1 + n_slots,), "int32"),),
         output_names=(output_name,),
         constexprs=dict(CHUNK=chunk, BLOCK=1024),
         num_warps=4,
