@@ -181,11 +181,15 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, 
         # and G whole (0.39 ms since)).  Per-channel gates form the blocks
         # below the diagonal here too (KDA, same shape: 0.59 ms with K tiles
         # of 32 and 2 warps; 0.82 with 4 warps, 0.82 with tiles of 64, 0.75
-        # with both, 0.73 with tiles of 16, 1.45 with 1 warp).
+        # with both, 0.73 with tiles of 16, 1.45 with 1 warp).  Per-channel
+        # gates pipeline the K-tile loads of those blocks: 2 stages 0.523 ms
+        # against 0.553-0.559, and 1.120 against 1.170-1.176 at B1 T32k in 16
+        # documents (the whole forward 2.092 / 4.391 ms wall against
+        # 2.120-2.123 / 4.439-4.448); scalar gates not measured.
         "intra": dict(
             BK=min(kp, 32 if gate == VECTOR_GATE else 64),
             num_warps=2,
-            num_stages=1,
+            num_stages=2 if gate == VECTOR_GATE else 1,
             G_WHOLE=G_WHOLE and gate != VECTOR_GATE,
         ),
         # The diagonal blocks of P and G of per-channel gates, one per
@@ -244,7 +248,7 @@ def _tiles(kernel: str, K: int, V: int, interpreted: bool, gate: int = NO_GATE, 
     # addresses, wrong gradients).
     if ieee:
         if kernel == "intra":
-            t.update(BK=min(t["BK"], 32), num_warps=4)
+            t.update(BK=min(t["BK"], 32), num_warps=4, num_stages=1)
         if kernel in ("state", "state_bwd"):
             t.update(BV=min(t["BV"], 16), num_warps=8)
         if kernel in ("wu", "bwd_dv", "output"):
