@@ -12,7 +12,9 @@
 #   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
 #   PART=compare   before/after timings against the tree in .before;
 #   PART=host      bench/probes/host_overhead.py and jaxlib's Triton kernel API;
-#   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py).
+#   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
+#   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
+#                  process a case at once (timings discarded), for the cache save.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
@@ -104,6 +106,21 @@ if [ "$part" = probe ]; then
     timeout "${PROBE_TIMEOUT:-60}" python3 -m tests.launch_probe $c 2>&1 | tail -n 8
     echo "exit ${PIPESTATUS[0]}"
   done 2>&1 | tee "$out/probe.log"
+fi
+if [ "$part" = warm ]; then
+  # fla's autotuning compiles every config it tries (about 5 minutes a case
+  # of bench/delta_rule.py on the H100, one case after another past a
+  # device call's 10 minutes).  One process a case compiles them side by
+  # side (the timings, disturbed, are thrown away); this call's cache save
+  # keeps the binaries, and a PART=bench call that carries them autotunes
+  # from cached builds (the whole delta_rule bench then took 4 minutes).
+  cases=${WARM_CASES:-gdn-B1 gdn-B4 kda-B1 kda-B4}
+  for c in $cases; do
+    TWINKERNELS_BENCH_IMPLS=fla,torch TWINKERNELS_BENCH_ONLY=$c TWINKERNELS_BENCH_DIR=/tmp/warm-$c \
+      timeout "${WARM_TIMEOUT:-480}" python3 -m bench delta_rule > "/tmp/warm-$c.log" 2>&1 &
+  done
+  wait
+  for c in $cases; do echo "== $c"; cat "/tmp/warm-$c.log"; done > "$out/warm.log"
 fi
 if [ "$part" = compare ]; then
   # Kernel-bound cases on the tree in .before (an extracted git archive of
