@@ -30,7 +30,7 @@ def main():
     batched = x.view(4, T // 4, H, K)
     nbytes = 2 * x.numel() * 4
     default = plan.PACKED_FEATURE_TILES
-    warps_default = plan.PACKED_NUM_WARPS
+    warps_default, bf_default = plan.PACKED_NUM_WARPS, plan.MAX_FEATURE_TILE
     line = []
     for ft in (1, 2, 4, 8, 16, 64):
         plan.PACKED_FEATURE_TILES = ft
@@ -48,7 +48,8 @@ def main():
                     t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(x, 64, cu_seqlens=cu))
                     line.append(f"packed BF {bf} warps {warps} FT {ft}: {t * 1e6:.1f} us")
                     print(line[-1], flush=True)
-        plan.MAX_FEATURE_TILE, plan.PACKED_NUM_WARPS, plan.PACKED_FEATURE_TILES = 64, warps_default, default
+        plan.MAX_FEATURE_TILE, plan.PACKED_NUM_WARPS = bf_default, warps_default
+        plan.PACKED_FEATURE_TILES = default
         plan.make_plans.cache_clear()
     t = graph_time_per_call(torch, lambda: torch_api.chunk_local_cumsum(batched, 64))
     line.append(f"batched B4: {t * 1e6:.1f} us ({nbytes / t / 1e9:.0f} GB/s)")

@@ -61,6 +61,15 @@ def block_bounds(cu_seqlens, i, m, T):
 
 
 @triton.jit
+def block_chunks(cu_seqlens, i, m, T, CHUNK: tl.constexpr):
+    """Counts (int64) of ``CHUNK``-token chunks of sequences ``i`` (a block
+    of indices, ``m`` the valid ones: 0 elsewhere), their bounds clamped as
+    :func:`block_bounds` clamps them."""
+    bos, eos = block_bounds(cu_seqlens, i, m, T)
+    return (eos - bos + CHUNK - 1) // CHUNK
+
+
+@triton.jit
 def sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
     """``(bos, eos, slot0, n_chunks)`` of sequence ``i_n``: its rows, the slot
     of its first chunk of ``BT`` rows, and how many of its chunks have a
@@ -240,8 +249,7 @@ def chunk_offsets_kernel(cu_seqlens, N, T, NS, out, CHUNK: tl.constexpr, BLOCK: 
     for b0 in range(0, N, BLOCK):
         i = b0 + tl.arange(0, BLOCK)
         m = i < N
-        bos, eos = block_bounds(cu_seqlens, i, m, T)
-        n = tl.where(m, (eos - bos + CHUNK - 1) // CHUNK, 0).to(tl.int32)
+        n = tl.where(m, block_chunks(cu_seqlens, i, m, T, CHUNK), 0).to(tl.int32)
         ends = tl.cumsum(n, axis=0) + carry
         tl.store(out + 1 + i, ends, mask=m)
         # Sequences without chunks share their first slot with the next
@@ -378,14 +386,12 @@ def sequence_order_kernel(cu_seqlens, N, T, NSORT, order, CHUNK: tl.constexpr, B
     once and every store stays inside ``order``."""
     i = tl.program_id(0) * BI + tl.arange(0, BI)
     m_i = i < N
-    bos, eos = block_bounds(cu_seqlens, i, m_i, T)
-    n_i = (eos - bos + CHUNK - 1) // CHUNK
+    n_i = block_chunks(cu_seqlens, i, m_i, T, CHUNK)
     rank = tl.zeros([BI], dtype=tl.int32)
     for j0 in range(0, NSORT, BJ):
         j = j0 + tl.arange(0, BJ)
         m_j = j < NSORT
-        bos_j, eos_j = block_bounds(cu_seqlens, j, m_j, T)
-        n_j = (eos_j - bos_j + CHUNK - 1) // CHUNK
+        n_j = block_chunks(cu_seqlens, j, m_j, T, CHUNK)
         ahead = (n_j[None, :] > n_i[:, None]) | ((n_j[None, :] == n_i[:, None]) & (j[None, :] < i[:, None]))
         rank += tl.sum((ahead & m_j[None, :]).to(tl.int32), axis=1)
     rank = tl.where(NSORT > 0, rank, i)

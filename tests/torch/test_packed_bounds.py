@@ -10,6 +10,16 @@ class TestPackedBounds(PackedBoundsSuite):
     fw = TorchFramework()
 
 
+def _clamped_bounds(cu, T):
+    """Each sequence's rows ``(lo, hi)``, clamped as the kernels clamp them:
+    inside ``[0, T]``, never negative in length."""
+    bounds = []
+    for a, b in zip(cu[:-1], cu[1:], strict=True):
+        lo = min(max(a, 0), T)
+        bounds.append((lo, min(max(b, lo), T)))
+    return bounds
+
+
 @pytest.mark.parametrize(
     "T,cu",
     [
@@ -39,9 +49,7 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
     n_seq = len(cu) - 1
     n_slots = -(-T // chunk) + n_seq if chunk else 0  # chunk.py's NS for packed input
     written, used = np.zeros(T, bool), 0
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        lo = min(max(a, 0), T)
-        hi = min(max(b, lo), T)
+    for lo, hi in _clamped_bounds(cu, T):
         if chunk:
             n = min(-(-(hi - lo) // chunk), n_slots - used)
             used += n
@@ -66,12 +74,7 @@ def test_zero_uncovered_rows(T, cu, chunk, dtype):
 def _chunk_counts(cu, T, chunk=16):
     """Each sequence's count of ``chunk``-token chunks, its bounds clamped
     as the kernels clamp them (core_triton.common.sequences)."""
-    counts = []
-    for a, b in zip(cu[:-1], cu[1:], strict=True):
-        lo = min(max(a, 0), T)
-        hi = min(max(b, lo), T)
-        counts.append(-(-(hi - lo) // chunk))
-    return counts
+    return [-(-(hi - lo) // chunk) for lo, hi in _clamped_bounds(cu, T)]
 
 
 def _run_filled(plan, cu):
