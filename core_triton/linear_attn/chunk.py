@@ -49,7 +49,7 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from core_triton.common import checks, reductions
+from core_triton.common import checks, reductions, sequences
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.op import OpPlans
 from core_triton.common.runtime import is_interpreted, multiprocessor_count
@@ -91,6 +91,7 @@ def _tiles(
     ieee: bool = True,
     group: int = 1,
     limit: int = shared_memory.H100_SHARED_BYTES,
+    half_products: bool = False,
 ) -> dict:
     """BK, BV, num_warps, num_stages of one kernel.
 
@@ -99,7 +100,9 @@ def _tiles(
     the largest smaller tiles that fit, then the same without pipelining.
     ``itemsize``/``state_itemsize``: bytes per input/state element,
     ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
-    case (float32, no grouped queries).  Where nothing fits (float32 inputs
+    case (float32, no grouped queries).  ``half_products``: a state pass
+    whose updates are single half-precision products (no float32 split),
+    which pipelines three stages deep where they fit.  Where nothing fits (float32 inputs
     with 256-token chunks: the [BT, BT] float32 scores alone take 256 KiB)
     the smallest tiles are returned, or for ``chunk_output_segment`` (whose
     BK is all of K) None."""
@@ -128,6 +131,14 @@ def _tiles(
         options = [o for o in options if o[0] == t["BK"]]
     for bk, bv, stages in options:
         if shared_memory.need(kernel, BT, bk, bv, stages, **sizes) <= limit:
+            # H100, bf16, B1 T32k, H16, K = V = 128: 3 stages took the
+            # lightning-shaped forward's state pass from zero from 0.17 to
+            # about 0.06 ms; with float32-split updates they cost time
+            # (chunk g's training forward 0.56 -> 0.61 ms).
+            deeper = half_products and kernel in ("chunk_state", "chunk_state_backward") and stages == 2
+            deeper = deeper and "num_stages" not in TILE_OVERRIDES.get(kernel, {})
+            if deeper and shared_memory.need(kernel, BT, bk, bv, 3, **sizes) <= limit:
+                stages = 3
             return {**t, "BK": bk, "BV": bv, "num_stages": stages}
     # Nothing fits: the smallest tiles (the segment output pass: None, and
     # the plan stores the chunk states for chunk_output instead).
@@ -230,10 +241,18 @@ def _make_plans(
     state_f32 = ieee or use_g
     h_dtype = "float32" if state_f32 else a.dtype
     h_shape = (B * NS, H, K, V)
+
     # Packed input: rows that no sequence covers (only possible when traced
-    # cu_seqlens break the contract) are written by no program; zero-filled
-    # they give output 0 and gradient 0 (core_triton.common.sequences).
-    token_fill = 0.0 if a.packed else None
+    # cu_seqlens break the contract) are written by no program; they get 0
+    # (output 0, gradient 0: core_triton.common.sequences) from a launch
+    # after the kernels that writes only those rows, where a zero fill of
+    # the whole output before them cost 0.04 ms per output (H100, B1 T32k
+    # H16 V128 bf16; 5-6% of the forward in 16 documents).
+    def uncovered(*outputs):
+        if not a.packed:
+            return []
+        return [sequences.zero_uncovered_plan(n, shape, a.dtype, 1, N, BT, NS) for n, shape in outputs]
+
     state_shape = (N, H, K, V)
 
     def opt(name, present):
@@ -257,7 +276,7 @@ def _make_plans(
 
     interpreted = is_interpreted(chunk_fwd_state_kernel)
 
-    def tiles_of(name):
+    def tiles_of(name, half_products=False):
         return _tiles(
             name,
             K,
@@ -268,12 +287,13 @@ def _make_plans(
             state_itemsize=4 if state_f32 else 2,
             ieee=ieee,
             group=HQ // H,
+            half_products=half_products,
         )
 
     def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
         """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
         to the grid (empty problems launch nothing)."""
-        t = tiles_of(name)
+        t = tiles_of(name, half_products=not constexprs.get("STATE_F32", True))
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         return LaunchPlan(
             kernel=kernel,
@@ -325,7 +345,7 @@ def _make_plans(
     S_alone = S
     if fusable_alone and not empty:
         per_sequence = NT // max(N, 1) if a.packed else NT
-        S_alone = state_split.forward_only_segment_chunks(per_sequence, not state_f32) or S
+        S_alone = state_split.forward_only_segment_chunks(per_sequence) or S
     own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable)
     if forward_only:
         S, fusable = S_alone, fusable_alone
@@ -337,8 +357,9 @@ def _make_plans(
         def seg_grid(t):
             return (cdiv(K, t["BK"]) * cdiv(V, t["BV"]), NG, B * H)
 
-        def split_pass(name, kernel, lead, start, outputs, names, store, extra):
-            """Segment pass: ``store`` False from zero, else from ``start``."""
+        def split_pass(name, kernel, lead, start, outputs, names, store, extra, state_f32=state_f32):
+            """Segment pass: ``store`` False from zero, else from ``start``;
+            ``state_f32`` False: half-precision update products."""
             flag = "STORE_DH" if name == "chunk_state_backward" else "STORE_H"
             heads = dict(HQ=HQ, H=H) if flag == "STORE_DH" else dict(H=H)
             return tiled(
@@ -348,7 +369,7 @@ def _make_plans(
                 params=(*lead, gc, gamma, start, cu, co, *extra, *seg_scalars),
                 outputs=outputs,
                 output_names=names,
-                constexprs=dict(**heads, K=K, V=V, **{flag: store}, **flags),
+                constexprs=dict(**heads, K=K, V=V, **{flag: store}, **{**flags, "STATE_F32": state_f32}),
             )
 
         def carry(start, use_start, last_first, names, final_dtype):
@@ -373,10 +394,15 @@ def _make_plans(
             "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("seg_start"),
             (OutputSpec(h_shape, h_dtype), pad), ("h", "seg_pad"), True, (),
         )  # fmt: skip
+        # The segments' states from zero: float32-exact update products
+        # where the backward recomputes the chunk states from them; a
+        # forward no gradient follows multiplies in the inputs' half dtype,
+        # as its output pass does (chunk_fwd_output_segment_kernel).
+        half_from_zero = forward_only and fusable and not ieee
         forward += [
             split_pass(
                 "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("key"),
-                seg_out, ("seg_delta", "seg_decay"), False, (),
+                seg_out, ("seg_delta", "seg_decay"), False, (), state_f32 and not half_from_zero,
             ),
             carry(opt("initial_state", use_h0), use_h0, a.reverse, ("seg", "final"), "float32"),
         ]  # fmt: skip
@@ -403,7 +429,7 @@ def _make_plans(
                         In("query"), In("key"), In("value"), gc, gamma, In("seg_start"), cu, co,
                         a.scale, T, N, n_iter, NT, NS, NG, S,
                     ),
-                    outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
+                    outputs=(OutputSpec((B, T, HQ, V), a.dtype),),
                     output_names=("o",),
                     constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
                 )
@@ -431,11 +457,12 @@ def _make_plans(
                 chunk_fwd_output_kernel,
                 slot_grid(HQ),
                 params=(In("query"), In("key"), In("value"), gc, gamma, In("h"), cu, co, *scalars),
-                outputs=(OutputSpec((B, T, HQ, V), a.dtype, token_fill),),
+                outputs=(OutputSpec((B, T, HQ, V), a.dtype),),
                 output_names=("o",),
                 constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
             )
         )
+    forward += uncovered(("o", (B, T, HQ, V)))
 
     if S:
         lead, extra = (In("query"), In("do")), (a.scale,)
@@ -469,7 +496,7 @@ def _make_plans(
             chunk_bwd_dv_kernel,
             slot_grid(H),
             params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
-            outputs=(OutputSpec((B, T, H, V), a.dtype, token_fill),),
+            outputs=(OutputSpec((B, T, H, V), a.dtype),),
             output_names=("dv",),
             constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
         ),
@@ -493,14 +520,15 @@ def _make_plans(
                 *scalars,
             ),
             outputs=(
-                OutputSpec((B, T, HQ, K), a.dtype, token_fill),
-                OutputSpec((B, T, H, K), a.dtype, token_fill),
+                OutputSpec((B, T, HQ, K), a.dtype),
+                OutputSpec((B, T, H, K), a.dtype),
                 # Without gates the kernel writes no w: a zero-filled stand-in.
                 OutputSpec((B, T, H), "float32") if gated else OutputSpec((1,), "float32", fill=0.0),
             ),
             output_names=("dq", "dk", "w"),
             constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
         ),
+        *uncovered(("dv", (B, T, H, V)), ("dq", (B, T, HQ, K)), ("dk", (B, T, H, K))),
     ]
     grads = [("query", "dq"), ("key", "dk"), ("value", "dv")]
     if gated:

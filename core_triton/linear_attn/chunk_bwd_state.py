@@ -27,7 +27,7 @@ import triton.language as tl
 
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import segment_of_slot, sequence_chunks
-from core_triton.linear_attn.chunk_common import chunk_gates, update_dot
+from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, update_dot
 
 
 @triton.jit
@@ -88,6 +88,10 @@ def grad_walk(
         b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
         decay_q = tl.where(m_t, tl.exp(b), 0.0)
         upd = tl.zeros_like(grad)
+        if not STATE_F32:
+            # Half-precision products accumulate in place, the decay and
+            # scale on do's rows (q^T goes to the tensor cores as loaded).
+            upd = grad * tl.exp(b_tot)
         for j in tl.static_range(GROUP):
             i_hq = i_h * GROUP + j
             # q^T loaded directly as [BK, BT].
@@ -101,8 +105,14 @@ def grad_walk(
                 mask=m_t[:, None] & m_v[None, :],
                 other=0,
             )
-            upd += update_dot(b_qt * decay_q[None, :], b_do, PREC, STATE_F32)
-        grad = grad * tl.exp(b_tot) + upd * scale
+            if STATE_F32:
+                upd += update_dot(b_qt * decay_q[None, :], b_do, PREC, STATE_F32)
+            else:
+                upd = half_dot_acc(b_qt, b_do * (decay_q * scale)[:, None], upd, b_do, PREC, False)
+        if STATE_F32:
+            grad = grad * tl.exp(b_tot) + upd * scale
+        else:
+            grad = upd
         log_decay += b_tot
     return grad, log_decay
 

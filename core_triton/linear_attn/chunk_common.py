@@ -31,7 +31,7 @@ suffix cumsum and it means ``j >= i``.  The foundation's
 import triton
 import triton.language as tl
 
-from core_triton.common.kernel_helpers import dot
+from core_triton.common.kernel_helpers import dot, dot_acc
 
 
 @triton.jit
@@ -78,6 +78,19 @@ def update_dot(a, b, PRECISION: tl.constexpr, STATE_F32: tl.constexpr):
             out = dot(hi, b, PRECISION) + dot(lo, b, PRECISION)
     else:
         out = dot(a.to(b.dtype), b, PRECISION)
+    return out
+
+
+@triton.jit
+def half_dot_acc(a, b, acc, like, PRECISION: tl.constexpr, IEEE: tl.constexpr):
+    """``acc + a @ b``: float32 products for float32 inputs (``IEEE``), else
+    one product of both operands rounded to ``like``'s half dtype,
+    accumulated into ``acc`` by the tensor cores (no second float32 tile
+    held beside ``acc``)."""
+    if IEEE:
+        out = acc + dot(a, b, PRECISION)
+    else:
+        out = dot_acc(a.to(like.dtype), b.to(like.dtype), acc)
     return out
 
 

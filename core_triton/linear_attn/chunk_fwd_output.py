@@ -23,7 +23,7 @@ import triton.language as tl
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot, segment_of_slot
-from core_triton.linear_attn.chunk_common import chunk_gates, intra_decay, state_dot, update_dot
+from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, intra_decay, state_dot
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -189,7 +189,8 @@ def chunk_fwd_output_segment_kernel(
         b_v = tl.load(
             v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0
         )
-        decay = intra_decay(b, m_t, BT, REVERSE, False)
+        decay = intra_decay(b, m_t, BT, REVERSE, False) * scale
+        inter = tl.exp(b) * scale
         for j in tl.static_range(GROUP):
             i_hq = i_h * GROUP + j
             b_q = tl.load(
@@ -202,12 +203,16 @@ def chunk_fwd_output_segment_kernel(
             # sake, which recomputes them from seg_start (written by the
             # float32 pass from zero); the states walked here reach only
             # this output, rounded as lightning's half-precision ones are.
-            out = state_dot(b_q, state, PREC, IEEE) * tl.exp(b)[:, None]
-            out = (out + dot(scores.to(b_v.dtype), b_v, PREC)) * scale
+            # Both products accumulate in place (half_dot_acc): the walk's
+            # registers bound how many programs an SM holds.
+            out = state_dot(b_q, state, PREC, IEEE) * inter[:, None]
+            out = half_dot_acc(scores, b_v, out, b_v, PREC, IEEE)
             tl.store(
                 o + (o_t[:, None] * HQ + i_hq) * V + o_v[None, :],
                 out.to(o.dtype.element_ty),
                 mask=m_t[:, None] & m_v[None, :],
             )
+        # Each token's decay to the chunk's end, on v's rows (a [BT, BV]
+        # tile, where on k^T it would be [K, BT]).
         w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
-        state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, PREC, IEEE)
+        state = half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, IEEE)

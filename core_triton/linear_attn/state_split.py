@@ -65,15 +65,14 @@ MIN_SEGMENT_CHUNKS = 32
 # whole, 1.646 split in 32).
 FORWARD_ONLY_SEGMENTS = (64, 32, 16)
 # Half-precision chunk states (lightning: half inputs, no per-token gate)
-# take that forward too (True), or the training call's (False), in
-# segments of at least FORWARD_ONLY_HALF_MIN chunks: their training forward
-# stores half the bytes, and gains less.  H100, lightning bf16 H16 K = V =
+# take that forward too (True), or the training call's (False): their
+# training forward stores half the bytes.  H100, lightning bf16 H16 K = V =
 # 128, forward ms (training forward -> this one): B1 T32k 0.693 -> 0.528,
 # T128k 2.58 -> 1.91, T128k in 16 documents 2.292 -> 2.140, B4 T4k 0.282
-# -> 0.267; T32k in 16 documents in segments of 16 (the only length below
-# 32 that the rule gives there) 0.595 -> 0.630, hence the minimum.
+# -> 0.267.  T32k in 16 documents (segments of 16) lost at first (0.595 ->
+# 0.630) and gains since the passes accumulate their half-precision
+# products in place with three-stage state passes (0.579 -> 0.546).
 FORWARD_ONLY_HALF_STATES = True
-FORWARD_ONLY_HALF_MIN = 32
 
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
 # S = 0 for the whole-sequence walk, and {"fused_output": 0} the forward
@@ -139,18 +138,16 @@ def segment_chunks(sequences: int, heads: int, tiles: int, chunks: int, sms: int
     return size if size < chunks else 0
 
 
-def forward_only_segment_chunks(chunks: int, half_states: bool = False) -> int:
+def forward_only_segment_chunks(chunks: int) -> int:
     """Chunks per segment for a forward that no gradient follows, over
     sequences of ``chunks`` chunks (packed input: on average); 0: no split.
     The longest of ``FORWARD_ONLY_SEGMENTS`` that makes at least two
-    segments, for ``half_states`` none shorter than FORWARD_ONLY_HALF_MIN
-    (unlike :func:`segment_chunks` this splits at any batch: what it saves
-    is the chunk states' trip through memory, which every batch pays,
-    besides the idle SMs of a small one)."""
+    segments (unlike :func:`segment_chunks` this splits at any batch: what
+    it saves is the chunk states' trip through memory, which every batch
+    pays, besides the idle SMs of a small one)."""
     if "segment_chunks" in SPLIT_OVERRIDE:
         return int(SPLIT_OVERRIDE["segment_chunks"])
-    low = FORWARD_ONLY_HALF_MIN if half_states else 0
-    return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks and s >= low), 0)
+    return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks), 0)
 
 
 @jit(sizes=("T", "NT", "NS", "NG", "S"))

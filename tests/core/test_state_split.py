@@ -43,16 +43,13 @@ def test_plans_split_at_batch_one_and_long_sequences():
 
 
 def test_forward_only_segments():
-    # The longest of 64, 32, 16 chunks that leaves two segments a sequence;
-    # half-precision states none shorter than 32.
+    # The longest of 64, 32, 16 chunks that leaves two segments a sequence.
     assert forward_only_segment_chunks(2048) == 64  # T128k
     assert forward_only_segment_chunks(128) == 64
     assert forward_only_segment_chunks(127) == 32
     assert forward_only_segment_chunks(64) == 32  # B4 T4k
     assert forward_only_segment_chunks(32) == 16  # 16 documents in T32k
     assert forward_only_segment_chunks(31) == 0
-    assert forward_only_segment_chunks(64, half_states=True) == 32
-    assert forward_only_segment_chunks(63, half_states=True) == 0
 
 
 def test_forward_only_plans_where_they_differ(monkeypatch):
@@ -60,9 +57,8 @@ def test_forward_only_plans_where_they_differ(monkeypatch):
     # otherwise than training, or keeps half-precision chunk states out of
     # memory where training stores them: chunk g at B4 T4k (whole walk in
     # training), B1 T32k (segments of 32 in training, 64 here) and 16
-    # documents in T32k; lightning's half-precision states at B4 T4k and
-    # B1 T32k, not in 16 documents of T32k (segments of 16 would be too
-    # short for them); neither at 64 documents.
+    # documents in T32k; lightning's half-precision states at B4 T4k, B1
+    # T32k and 16 documents of T32k; neither at 64 documents.
     monkeypatch.setattr(chunk, "multiprocessor_count", lambda: H100)
     chunk._make_plans.cache_clear()
 
@@ -76,12 +72,12 @@ def test_forward_only_plans_where_they_differ(monkeypatch):
         docs16, docs64 = _info((17,), "int32"), _info((65,), "int32")
         for B, T, gate, cu in (
             (4, 4096, True, None), (1, 32768, True, None), (1, 32768, True, docs16),
-            (4, 4096, False, None), (1, 32768, False, None),
+            (4, 4096, False, None), (1, 32768, False, None), (1, 32768, False, docs16),
         ):  # fmt: skip
             p = plans(B, T, gate, cu)
             assert chunk_fwd_output_segment_kernel in [s.kernel for s in p.inference], (B, T, gate, cu)
             assert p.forward_only == p.inference
-        for p in (plans(1, 32768, False, docs16), plans(4, 1024), plans(1, 32768, True, docs64)):
+        for p in (plans(4, 1024), plans(1, 32768, True, docs64)):
             assert p.inference == () and p.forward_only == p.forward
     finally:
         chunk._make_plans.cache_clear()

@@ -61,19 +61,18 @@ def state_split(fw, segment_chunks, fused_output=True):
 @contextlib.contextmanager
 def forward_only_segments(fw, segments):
     """Plan the chunk ops' forward for calls no gradient follows with
-    segments of ``segments`` (state_split.FORWARD_ONLY_SEGMENTS), for
-    half-precision chunk states too (no minimum length); plans made before
-    and inside are dropped."""
+    segments of ``segments`` (state_split.FORWARD_ONLY_SEGMENTS); plans
+    made before and inside are dropped."""
     from core_triton.linear_attn import chunk, state_split
 
-    before = state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN
-    state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = tuple(segments), 1
+    before = state_split.FORWARD_ONLY_SEGMENTS
+    state_split.FORWARD_ONLY_SEGMENTS = tuple(segments)
     chunk._make_plans.cache_clear()
     fw.clear_caches()
     try:
         yield
     finally:
-        state_split.FORWARD_ONLY_SEGMENTS, state_split.FORWARD_ONLY_HALF_MIN = before
+        state_split.FORWARD_ONLY_SEGMENTS = before
         chunk._make_plans.cache_clear()
         fw.clear_caches()
 
