@@ -22,7 +22,7 @@ import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-from core_triton.common.sequences import chunk_of_slot, segment_of_slot
+from core_triton.common.sequences import chunk_of_slot, segment_of_slot, sequence_chunks, sequence_segments
 from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, intra_decay, state_dot
 
 
@@ -113,6 +113,9 @@ def chunk_fwd_output_segment_kernel(
     gc,
     g_gamma,
     seg_start,
+    seg_delta,
+    seg_decay,
+    h0,
     cu_seqlens,
     chunk_offsets,
     scale,
@@ -124,6 +127,7 @@ def chunk_fwd_output_segment_kernel(
     NG,
     S,
     o,
+    final,
     HQ: tl.constexpr,
     H: tl.constexpr,
     K: tl.constexpr,
@@ -135,6 +139,8 @@ def chunk_fwd_output_segment_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
     STATE_F32: tl.constexpr,
+    CARRY: tl.constexpr,
+    USE_H0: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -150,7 +156,17 @@ def chunk_fwd_output_segment_kernel(
     as many elements as ``v``: four times ``v``'s bytes in float32 at
     K = 128 and 64-token chunks) for the output kernel to read back; here
     the state stays in registers, and the backward recomputes ``h`` from
-    ``seg_start``."""
+    ``seg_start``.
+
+    ``CARRY`` (a forward no gradient follows: no ``seg_start`` to keep)
+    replaces state_split's carry launch: each program forms its segment's
+    start state from ``h0 [N, H, K, V]`` (zero without ``USE_H0``) and the
+    ``seg_delta``/``seg_decay`` of the segments visited before it (a
+    few, read from L2), and the one walking a sequence's last segment
+    stores the state it leaves with into ``final [N, H, K, V]`` (float32);
+    program ``i_g < N`` also stores sequence ``i_g``'s ``final`` where that
+    sequence has no chunk (packed input).  Without ``CARRY``, ``seg_start``
+    is read and ``final`` left alone."""
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_v = tl.program_id(0)
@@ -158,21 +174,52 @@ def chunk_fwd_output_segment_kernel(
     i_bh = tl.program_id(2)
     i_b = i_bh // H
     i_h = i_bh % H
-    _, bos, eos, _, c0, c1, seg = segment_of_slot(
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_v = o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    if CARRY and IS_VARLEN:
+        if i_g < N:
+            # Sequence i_g's final state where it has no chunk (no segment
+            # program walks it): the initial state, or zero.
+            _, _, _, n_empty = sequence_chunks(cu_seqlens, chunk_offsets, i_g, T, NT, NS, BT, IS_VARLEN)
+            if n_empty == 0:
+                row = (i_g.to(tl.int64) * H + i_h) * K * V
+                x = tl.zeros([BK, BV], dtype=tl.float32)
+                if USE_H0:
+                    x += tl.load(h0 + row + off_kv, mask=m_kv, other=0).to(tl.float32)
+                tl.store(final + row + off_kv, x, mask=m_kv)
+    i_n, bos, eos, slot0, c0, c1, seg = segment_of_slot(
         cu_seqlens, chunk_offsets, i_g, i_b, T, N, n_iter, NT, NS, NG, S, BT, IS_VARLEN
     )
     if c1 <= c0:
         return  # a spare slot of packed input: no segment
 
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_v = o_v < V
-    state = tl.load(
-        seg_start + (seg * H + i_h) * K * V + o_k[:, None].to(tl.int64) * V + o_v[None, :],
-        mask=m_k[:, None] & m_v[None, :],
-        other=0,
-    )
+    if CARRY:
+        # The state entering this segment: the initial state carried over
+        # the segments visited before it (state_split_carry_kernel's sum).
+        _, _, _, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
+        g0, n_seg = sequence_segments(i_n, slot0, n_chunks, NT, NG, S, IS_VARLEN)
+        s_in = seg - g0  # this segment's place among its sequence's
+        state_row = (i_n.to(tl.int64) * H + i_h) * K * V
+        state = tl.zeros([BK, BV], dtype=tl.float32)
+        if USE_H0:
+            state += tl.load(h0 + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
+        if REVERSE:
+            n_before = n_seg - 1 - s_in
+        else:
+            n_before = s_in
+        for it in range(0, n_before.to(tl.int32)):
+            if REVERSE:
+                j = g0 + n_seg - 1 - it
+            else:
+                j = g0 + it
+            decay = tl.exp(tl.load(seg_decay + j * H + i_h))
+            state = state * decay + tl.load(seg_delta + (j * H + i_h) * K * V + off_kv, mask=m_kv, other=0)
+    else:
+        state = tl.load(seg_start + (seg * H + i_h) * K * V + off_kv, mask=m_kv, other=0)
     for it in range(0, (c1 - c0).to(tl.int32)):
         if REVERSE:
             c = c1 - 1 - it
@@ -216,3 +263,6 @@ def chunk_fwd_output_segment_kernel(
         # tile, where on k^T it would be [K, BT]).
         w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
         state = half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, IEEE)
+    if CARRY:
+        if n_before == n_seg - 1:  # the sequence's last segment visited
+            tl.store(final + state_row + off_kv, state, mask=m_kv)

@@ -247,9 +247,9 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         with state_split(self.fw, 1):
             check_case(self.fw, self._fn(), x, cu, cots)
 
-    @pytest.mark.parametrize("packed", [False, True])
+    @pytest.mark.parametrize("packed,reverse", [(False, False), (True, False), (True, True)])
     @pytest.mark.parametrize("gates,dtype", [(("g",), "float32"), (("g_gamma",), "bfloat16")])
-    def test_forward_only_split(self, packed, gates, dtype):
+    def test_forward_only_split(self, packed, reverse, gates, dtype):
         # A call no gradient follows (PyTorch: no input requiring grad; JAX:
         # the primal) runs OpPlans.inference: here split into segments of one
         # chunk, from the segments' start states, while a training call keeps
@@ -257,20 +257,25 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         # chunk states (a per-token gate) and half-precision ones (g_gamma,
         # bf16: lightning's).  Packed: 0, 45 and 52 tokens, 7 chunk slots (2
         # on average: one segment's worth of FORWARD_ONLY_SEGMENTS = (1,)),
-        # the second sequence starting mid-chunk.
+        # the second sequence starting mid-chunk.  Its output pass carries
+        # the segments itself (the empty sequence's final state is h0), in
+        # both directions.
         from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
+        from core_triton.linear_attn.state_split import state_split_carry_kernel
 
         shapes = {**SMALL, "cu": [0, 0, 45, 97]}
         x, cu, cots = make_case(self.fw, gates=gates, packed=packed, h0=True, seed=17, **shapes)
         with forward_only_segments(self.fw, (1,)):
-            plans = chunk_plans(x, cu, False, dtype=dtype)
+            plans = chunk_plans(x, cu, reverse, dtype=dtype)
             assert not is_split(plans), "a training call at this size walks whole sequences"
             assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference)
+            assert state_split_carry_kernel not in [p.kernel for p in plans.inference]
+            fn = self._fn(reverse=reverse)
             with launched_kernels(self.fw) as kernels:
-                check_case(self.fw, self._fn(), x, cu, cots, dtype=dtype, grads=False)
+                check_case(self.fw, fn, x, cu, cots, dtype=dtype, grads=False, reverse=reverse)
             assert chunk_fwd_output_segment_kernel in kernels, "the forward-only call ran the training plan"
             with launched_kernels(self.fw) as kernels:
-                check_case(self.fw, self._fn(), x, cu, cots, dtype=dtype)
+                check_case(self.fw, fn, x, cu, cots, dtype=dtype, reverse=reverse)
             assert chunk_fwd_output_segment_kernel not in kernels, "a training call ran the split forward"
 
     # ---- bad input -------------------------------------------------------
