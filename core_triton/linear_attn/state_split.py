@@ -21,7 +21,10 @@ zero start.  Three launches replace the walk:
    state entering each chunk (``STORE_H``); with float32 chunk states the
    forward computes the output there instead
    (chunk_fwd_output.chunk_fwd_output_segment_kernel, no chunk state in
-   memory) and the backward stores the states.
+   memory) and the backward stores the states.  A forward no gradient
+   follows has no use for the segments' start states beyond that output:
+   its output pass carries the segments itself (each program sums the
+   deltas before its own; ``CARRY``), and step 2 is not launched.
 
 The backward's gradient pass is the same recurrence walked the other way
 (chunk_bwd_state.py), with the final state's cotangent as its start.
