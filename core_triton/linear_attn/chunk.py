@@ -102,10 +102,10 @@ def _tiles(
     ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
     case (float32, no grouped queries).  ``half_products``: a state pass
     whose updates are single half-precision products (no float32 split),
-    which pipelines three stages deep where they fit.  Where nothing fits (float32 inputs
-    with 256-token chunks: the [BT, BT] float32 scores alone take 256 KiB)
-    the smallest tiles are returned, or for ``chunk_output_segment`` (whose
-    BK is all of K) None."""
+    which pipelines three stages deep where they fit.  Where nothing fits
+    (float32 inputs with 256-token chunks: the [BT, BT] float32 scores
+    alone take 256 KiB) the smallest tiles are returned, or for
+    ``chunk_output_segment`` (whose BK is all of K) None."""
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     # The segment output pass holds a whole [K, BV] state: BK is all of K.
     whole_k = kernel == "chunk_output_segment"

@@ -87,10 +87,12 @@ def grad_walk(
         m_t = o_t < te
         b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
         decay_q = tl.where(m_t, tl.exp(b), 0.0)
-        upd = tl.zeros_like(grad)
-        if not STATE_F32:
-            # Half-precision products accumulate in place, the decay and
-            # scale on do's rows (q^T goes to the tensor cores as loaded).
+        if STATE_F32:
+            upd = tl.zeros_like(grad)
+        else:
+            # Half-precision products accumulate in place onto the decayed
+            # gradient, the decay and scale on do's rows (q^T goes to the
+            # tensor cores as loaded).
             upd = grad * tl.exp(b_tot)
         for j in tl.static_range(GROUP):
             i_hq = i_h * GROUP + j
