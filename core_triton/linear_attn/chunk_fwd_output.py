@@ -24,6 +24,7 @@ from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot, segment_of_slot, sequence_chunks, sequence_segments
 from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, intra_decay, state_dot
+from core_triton.linear_attn.state_split import carry_segments, start_tile
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS"))
@@ -187,10 +188,7 @@ def chunk_fwd_output_segment_kernel(
             _, _, _, n_empty = sequence_chunks(cu_seqlens, chunk_offsets, i_g, T, NT, NS, BT, IS_VARLEN)
             if n_empty == 0:
                 row = (i_g.to(tl.int64) * H + i_h) * K * V
-                x = tl.zeros([BK, BV], dtype=tl.float32)
-                if USE_H0:
-                    x += tl.load(h0 + row + off_kv, mask=m_kv, other=0).to(tl.float32)
-                tl.store(final + row + off_kv, x, mask=m_kv)
+                tl.store(final + row + off_kv, start_tile(h0, row, off_kv, m_kv, BK, BV, USE_H0), mask=m_kv)
     i_n, bos, eos, slot0, c0, c1, seg = segment_of_slot(
         cu_seqlens, chunk_offsets, i_g, i_b, T, N, n_iter, NT, NS, NG, S, BT, IS_VARLEN
     )
@@ -199,25 +197,19 @@ def chunk_fwd_output_segment_kernel(
 
     if CARRY:
         # The state entering this segment: the initial state carried over
-        # the segments visited before it (state_split_carry_kernel's sum).
+        # the segments visited before it, as state_split's carry kernel
+        # does (carry_segments).
         _, _, _, n_chunks = sequence_chunks(cu_seqlens, chunk_offsets, i_n, T, NT, NS, BT, IS_VARLEN)
         g0, n_seg = sequence_segments(i_n, slot0, n_chunks, NT, NG, S, IS_VARLEN)
         s_in = seg - g0  # this segment's place among its sequence's
         state_row = (i_n.to(tl.int64) * H + i_h) * K * V
-        state = tl.zeros([BK, BV], dtype=tl.float32)
-        if USE_H0:
-            state += tl.load(h0 + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
         if REVERSE:
             n_before = n_seg - 1 - s_in
         else:
             n_before = s_in
-        for it in range(0, n_before.to(tl.int32)):
-            if REVERSE:
-                j = g0 + n_seg - 1 - it
-            else:
-                j = g0 + it
-            decay = tl.exp(tl.load(seg_decay + j * H + i_h))
-            state = state * decay + tl.load(seg_delta + (j * H + i_h) * K * V + off_kv, mask=m_kv, other=0)
+        state = start_tile(h0, state_row, off_kv, m_kv, BK, BV, USE_H0)
+        state = carry_segments(state, seg_delta, seg_decay, seg_start, g0, n_seg, n_before, i_h, off_kv, m_kv,
+                               H, K, V, REVERSE, False)  # fmt: skip
     else:
         state = tl.load(seg_start + (seg * H + i_h) * K * V + off_kv, mask=m_kv, other=0)
     for it in range(0, (c1 - c0).to(tl.int32)):

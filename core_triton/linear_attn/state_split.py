@@ -38,6 +38,7 @@ GPU mostly idle.
 
 import contextlib
 
+import triton
 import triton.language as tl
 
 from core_triton.common.runtime import jit
@@ -153,6 +154,54 @@ def forward_only_segment_chunks(chunks: int) -> int:
     return next((s for s in FORWARD_ONLY_SEGMENTS if 2 * s <= chunks), 0)
 
 
+@triton.jit
+def start_tile(start, state_row, off_kv, m_kv, BK: tl.constexpr, BV: tl.constexpr, USE_START: tl.constexpr):
+    """A ``[BK, BV]`` float32 tile of the state ``start`` at ``state_row``
+    (offsets ``off_kv``, mask ``m_kv``), or zeros without ``USE_START``."""
+    x = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_START:
+        x += tl.load(start + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
+    return x
+
+
+@triton.jit
+def carry_segments(
+    x,
+    seg_delta,
+    seg_decay,
+    seg_start,
+    g0,
+    n_seg,
+    steps,
+    i_h,
+    off_kv,
+    m_kv,
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    LAST_FIRST: tl.constexpr,
+    STORE: tl.constexpr,
+):
+    """Carry the tile ``x`` over the first ``steps`` of a sequence's
+    ``n_seg`` segments (slots from ``g0``) in visiting order, first to last
+    or, with ``LAST_FIRST``, last to first:
+
+        seg_start[g] = X (with ``STORE``);   X = exp(seg_decay[g]) X + seg_delta[g]
+
+    and return ``X``."""
+    for it in range(0, steps.to(tl.int32)):
+        if LAST_FIRST:
+            g = g0 + n_seg - 1 - it
+        else:
+            g = g0 + it
+        row = (g * H + i_h) * K * V
+        if STORE:
+            tl.store(seg_start + row + off_kv, x, mask=m_kv)
+        decay = tl.exp(tl.load(seg_decay + g * H + i_h))
+        x = x * decay + tl.load(seg_delta + row + off_kv, mask=m_kv, other=0)
+    return x
+
+
 @jit(sizes=("T", "NT", "NS", "NG", "S"))
 def state_split_carry_kernel(
     start,
@@ -199,16 +248,7 @@ def state_split_carry_kernel(
     off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
     state_row = (i_n.to(tl.int64) * H + i_h) * K * V
 
-    x = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_START:
-        x += tl.load(start + state_row + off_kv, mask=m_kv, other=0).to(tl.float32)
-    for it in range(0, n_seg.to(tl.int32)):
-        if LAST_FIRST:
-            g = g0 + n_seg - 1 - it
-        else:
-            g = g0 + it
-        row = (g * H + i_h) * K * V
-        tl.store(seg_start + row + off_kv, x, mask=m_kv)
-        decay = tl.exp(tl.load(seg_decay + g * H + i_h))
-        x = x * decay + tl.load(seg_delta + row + off_kv, mask=m_kv, other=0)
+    x = start_tile(start, state_row, off_kv, m_kv, BK, BV, USE_START)
+    x = carry_segments(x, seg_delta, seg_decay, seg_start, g0, n_seg, n_seg, i_h, off_kv, m_kv, H, K, V,
+                       LAST_FIRST, True)  # fmt: skip
     tl.store(final + state_row + off_kv, x.to(final.dtype.element_ty), mask=m_kv)
