@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from core_triton import TensorInfo, run_named
@@ -110,9 +111,13 @@ def apply(
         outputs, residuals = forward(operands, index)
         return outputs, ({n: operands[n] for n in plans.saved}, index, residuals)
 
+    # Operands the plans give no gradient (lightning's decay): zeros.
+    constant = {n: (a.shape, a.dtype) for n, a in operands.items() if n not in dict(plans.grads)}
+
     def bwd(res, cotangents):
         saved, index, residuals = res
         grads = backward(saved, index, residuals, tuple(cotangents))
+        grads.update({n: jnp.zeros(shape, dtype) for n, (shape, dtype) in constant.items()})
         zeros = jax.tree.map(lambda a: np.zeros(a.shape, jax.dtypes.float0), index)
         return grads, zeros
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from core_triton.linear_attn import lightning as core
 from jax_api._launch import info
-from jax_api.chunk_linear_attn import chunk_linear_attn
+from jax_api._op import apply
 from jax_api.recurrent import recurrent
 
 
@@ -37,14 +37,20 @@ def lightning_attn(
 
     Reference: docs/api.md#lightning_attn"""
     g_gamma, mode = core.decay(info(key, "key"), layer_idx, num_layers, mode)
-    op = chunk_linear_attn if mode == "chunk" else recurrent
-    return op(
-        query,
-        key,
-        value,
-        g_gamma=jax.lax.stop_gradient(jnp.asarray(g_gamma)),
-        softmax_scale=softmax_scale,
-        initial_state=initial_state,
-        reverse=reverse,
-        cu_seqlens=cu_seqlens,
-    )
+    g_gamma = jax.lax.stop_gradient(jnp.asarray(g_gamma))
+    if mode == "recurrent":
+        return recurrent(
+            query, key, value, g_gamma=g_gamma, softmax_scale=softmax_scale, initial_state=initial_state,
+            reverse=reverse, cu_seqlens=cu_seqlens,
+        )  # fmt: skip
+    operands = dict(query=query, key=key, value=value, g_gamma=g_gamma, initial_state=initial_state)
+    cu = info(cu_seqlens, "cu_seqlens")
+
+    def plan(infos):
+        # core's chunk plans for the decay as a constant (no gradient).
+        return core.plans(
+            *(infos[n] for n in ("query", "key", "value")), layer_idx, num_layers, softmax_scale,
+            infos.get("initial_state"), reverse, cu, mode,
+        )[0]  # fmt: skip
+
+    return apply(plan, cu_seqlens, operands, shared=("g_gamma",))

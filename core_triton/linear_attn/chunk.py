@@ -176,11 +176,14 @@ def plans(
     reverse=False,
     cu_seqlens: TensorInfo | None = None,
     chunk_size=64,
+    gamma_grad: bool = True,
 ) -> OpPlans:
     """Check the arguments (ValueError/TypeError naming the culprit) and
     plan the forward and backward launches.  The values of ``cu_seqlens``
     are never read on the host (the kernels clamp them; the bindings'
-    ``check_cu_seqlens`` checks them on request)."""
+    ``check_cu_seqlens`` checks them on request).  ``gamma_grad`` False:
+    ``g_gamma`` is a constant (lightning's decay), whose gradient the
+    backward neither computes nor returns."""
     args = _linear_attn_args.validate(
         query,
         key,
@@ -202,6 +205,7 @@ def plans(
         g_gamma.dtype if g_gamma is not None else None,
         initial_state.dtype if initial_state is not None else None,
         cu_seqlens.dtype if cu_seqlens is not None else None,
+        gamma_grad=bool(gamma_grad) or g_gamma is None,
     )
 
 
@@ -219,13 +223,23 @@ def _info(shape, dtype) -> TensorInfo:
 
 @functools.lru_cache(maxsize=256)
 def _make_plans(
-    a: LinearAttnArgs, BT: int, g_dtype, gamma_dtype, h0_dtype, cu_dtype, forward_only: bool = False
+    a: LinearAttnArgs,
+    BT: int,
+    g_dtype,
+    gamma_dtype,
+    h0_dtype,
+    cu_dtype,
+    forward_only: bool = False,
+    gamma_grad: bool = True,
 ) -> OpPlans:
     """The op's plans; ``forward_only``: plans whose forward is the one for
-    calls that no gradient follows (``OpPlans.inference`` of the others)."""
+    calls that no gradient follows (``OpPlans.inference`` of the others);
+    ``gamma_grad`` False: no gradient for ``g_gamma``."""
     B, T, HQ, H, K, V, N = a.B, a.T, a.HQ, a.H, a.K, a.V, a.N
     use_g, use_gamma, use_h0 = g_dtype is not None, gamma_dtype is not None, h0_dtype is not None
-    gated = use_g or use_gamma
+    # The per-token gate quantity w (chunk_bwd_dqk.py), for a gradient of g
+    # or of a g_gamma that gets one.
+    need_w = use_g or (use_gamma and gamma_grad)
     NT = cdiv(T, BT)
     # Chunk slots per batch row: packed input gets an upper bound known from
     # shapes alone, so traced cu_seqlens work under jax.jit.
@@ -276,11 +290,10 @@ def _make_plans(
 
     interpreted = is_interpreted(chunk_fwd_state_kernel)
 
-    def tiles_of(name, half_products=False):
+    def tiles_of(name, half_products=False, dims=(K, V)):
         return _tiles(
             name,
-            K,
-            V,
+            *dims,
             BT,
             interpreted,
             itemsize=4 if ieee else 2,
@@ -342,11 +355,32 @@ def _make_plans(
     # A forward no gradient follows splits wherever its chunk states then
     # stay out of memory (state_split.FORWARD_ONLY_SEGMENTS), else as a
     # training call does.
+    per_sequence = NT // max(N, 1) if a.packed else NT
     S_alone = S
     if fusable_alone and not empty:
-        per_sequence = NT // max(N, 1) if a.packed else NT
         S_alone = state_split.forward_only_segment_chunks(per_sequence) or S
-    own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable)
+    # The backward's gradient walks (see "gradient walks" below): the
+    # segment output pass's kernel in three more roles, whose whole-K tiles
+    # must fit both ways round (K x V and V x K), with no per-token gate
+    # quantity to form and one query head per state head (its mirrored
+    # walks would take the group's sum over the key's role).  Where the
+    # training call splits, and for packed input (the longest document's
+    # walk bounds the whole-sequence passes), in the segments a forward
+    # alone takes (else the training split's); H100, lightning bf16 H16 K = V = 128, forward+backward
+    # ms: B1 T32k 2.03 -> 1.32 (segments of 64), in 16 documents 1.70 ->
+    # 1.61 (16; 32: 1.68); B4 T4k (not split) 0.81 -> 0.86, not taken.
+    walks = (bool(S) or a.packed) and fits and HQ == H and not need_w and not forward_only and not empty
+    walks = walks and tiles_of("chunk_output_segment", dims=(V, K)) is not None
+    walks = walks and bool(state_split.SPLIT_OVERRIDE.get("gradient_walks", state_split.GRADIENT_WALKS))
+    S_walk = state_split.forward_only_segment_chunks(per_sequence) or S
+    walks = walks and bool(S_walk)
+    if walks:
+        # The walks keep no chunk state in memory, forward or backward: the
+        # forward takes the segment output pass (from seg_start).
+        S, fusable = S_walk, True
+    # A forward alone differs where it splits differently, or carries the
+    # segments inside its output pass.
+    own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable or fusable_alone)
     if forward_only:
         S, fusable = S_alone, fusable_alone
     if S:
@@ -446,7 +480,7 @@ def _make_plans(
                     output_names=("o", "final" if carry_in_output else "final_pad"),
                     constexprs=dict(
                         HQ=HQ, H=H, K=K, V=V, CARRY=carry_in_output, USE_H0=use_h0 and carry_in_output,
-                        **flags,
+                        MIRROR=False, START_T=False, **flags,
                     ),
                 )
             )  # fmt: skip
@@ -482,18 +516,21 @@ def _make_plans(
 
     if S:
         lead, extra = (In("query"), In("do")), (a.scale,)
-        backward = [store_h] if fused else []
+        backward = [store_h] if fused and not walks else []
         backward += [
             split_pass(
                 "chunk_state_backward", chunk_bwd_state_segment_kernel, lead, In("query"),
                 seg_out, ("dseg_delta", "dseg_decay"), False, extra,
             ),
             carry(In("dht"), True, not a.reverse, ("dseg", "dh0"), h0_dtype or "float32"),
-            split_pass(
-                "chunk_state_backward", chunk_bwd_state_segment_kernel, lead, In("dseg_start"),
-                (OutputSpec(h_shape, h_dtype), pad), ("dh", "dseg_pad"), True, extra,
-            ),
         ]  # fmt: skip
+        if not walks:
+            backward.append(
+                split_pass(
+                    "chunk_state_backward", chunk_bwd_state_segment_kernel, lead, In("dseg_start"),
+                    (OutputSpec(h_shape, h_dtype), pad), ("dh", "dseg_pad"), True, extra,
+                )
+            )  # fmt: skip
     else:
         backward = [
             tiled(
@@ -506,48 +543,89 @@ def _make_plans(
                 constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
             )
         ]
-    backward += [
-        tiled(
-            "chunk_dv",
-            chunk_bwd_dv_kernel,
-            slot_grid(H),
-            params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
-            outputs=(OutputSpec((B, T, H, V), a.dtype),),
-            output_names=("dv",),
-            constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
-        ),
-        tiled(
-            "chunk_dqk",
-            chunk_bwd_dqk_kernel,
-            lambda t: (0, 0) if empty else (NS, B * H),
-            params=(
-                In("query"),
-                In("key"),
-                In("value"),
-                gc,
-                gamma,
-                In("h"),
-                In("do"),
-                In("dh"),
-                In("dht"),
-                In("final"),
-                cu,
-                co,
-                *scalars,
+
+    # Gradient walks: dq, dk and dv from the segments' start states, with
+    # the chunk states (h, dh) in registers rather than in memory, each the
+    # segment output pass's formula with the inputs in other roles (chunk
+    # states h = sum k^T v, gradients dh = scale * sum q^T do plus dht):
+    #   dq = scale * (e^b do h^T + (D * do v^T) k): q, k, v = do, v, k; h^T;
+    #   dv = e^b' k dh + scale * (D' * k q^T) do: q, k, v = k, q, do; dh;
+    #   dk = e^b' v dh^T + scale * (D' * v do^T) q: q, k, v = v, do, q; dh^T;
+    # the last two walk each segment backwards (MIRROR, b' = b_tot - b).
+    # Without them the backward stores every chunk's h and dh (4x v's bytes
+    # each at K = 128 and 64-token chunks in float32, 2x in bf16) for
+    # chunk_dv and chunk_dqk to read back.
+    def walk(roles, start, out, swapped, mirror):
+        Kw, Vw = (V, K) if swapped else (K, V)
+        t = tiles_of("chunk_output_segment", dims=(Kw, Vw))
+        warps, stages = t.pop("num_warps"), t.pop("num_stages")
+        heads = HQ if out == "dq" else H
+        # (no CARRY: seg_delta, seg_decay and h0 are unread stand-ins)
+        params = (
+            *(In(n) for n in roles), gc, gamma, In(start), In("key"), In("key"), In("query"),
+            cu, co, a.scale, T, N, n_iter, NT, NS, NG, S,
+        )  # fmt: skip
+        modes = dict(CARRY=False, USE_H0=False, MIRROR=mirror, START_T=swapped)
+        return LaunchPlan(
+            kernel=chunk_fwd_output_segment_kernel,
+            grid=(cdiv(Vw, t["BV"]), NG, B * H),
+            params=params,
+            outputs=(OutputSpec((B, T, heads, Vw), a.dtype), pad),
+            output_names=(out, out + "_pad"),
+            constexprs=dict(HQ=HQ, H=H, K=Kw, V=Vw, **modes, **flags, **t),
+            num_warps=warps,
+            num_stages=stages,
+        )
+
+    if walks:
+        backward += [
+            walk(("do", "value", "key"), "seg_start", "dq", True, False),
+            walk(("key", "query", "do"), "dseg_start", "dv", False, True),
+            walk(("value", "do", "query"), "dseg_start", "dk", True, True),
+        ]
+    else:
+        backward += [
+            tiled(
+                "chunk_dv",
+                chunk_bwd_dv_kernel,
+                slot_grid(H),
+                params=(In("query"), In("key"), gc, gamma, In("do"), In("dh"), cu, co, *scalars),
+                outputs=(OutputSpec((B, T, H, V), a.dtype),),
+                output_names=("dv",),
+                constexprs=dict(HQ=HQ, H=H, K=K, V=V, **flags),
             ),
-            outputs=(
-                OutputSpec((B, T, HQ, K), a.dtype),
-                OutputSpec((B, T, H, K), a.dtype),
-                # Without gates the kernel writes no w: a zero-filled stand-in.
-                OutputSpec((B, T, H), "float32") if gated else OutputSpec((1,), "float32", fill=0.0),
+            tiled(
+                "chunk_dqk",
+                chunk_bwd_dqk_kernel,
+                lambda t: (0, 0) if empty else (NS, B * H),
+                params=(
+                    In("query"),
+                    In("key"),
+                    In("value"),
+                    gc,
+                    gamma,
+                    In("h"),
+                    In("do"),
+                    In("dh"),
+                    In("dht"),
+                    In("final"),
+                    cu,
+                    co,
+                    *scalars,
+                ),
+                outputs=(
+                    OutputSpec((B, T, HQ, K), a.dtype),
+                    OutputSpec((B, T, H, K), a.dtype),
+                    # Without a gate gradient the kernel writes no w: a zero-filled stand-in.
+                    OutputSpec((B, T, H), "float32") if need_w else OutputSpec((1,), "float32", fill=0.0),
+                ),
+                output_names=("dq", "dk", "w"),
+                constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, STORE_W=need_w, **flags),
             ),
-            output_names=("dq", "dk", "w"),
-            constexprs=dict(HQ=HQ, H=H, K=K, V=V, USE_DHT=True, **flags),
-        ),
-        *uncovered(("dv", (B, T, H, V)), ("dq", (B, T, HQ, K)), ("dk", (B, T, H, K))),
-    ]
+        ]
+    backward += uncovered(("dv", (B, T, H, V)), ("dq", (B, T, HQ, K)), ("dk", (B, T, H, K)))
     grads = [("query", "dq"), ("key", "dk"), ("value", "dv")]
-    if gated:
+    if need_w:
         # dg in g's dtype, unless dg_gamma is summed from it (float32 then).
         dg_dtype = g_dtype if (use_g and not use_gamma) else "float32"
         cum = _cumsum_plan.make_plans(
@@ -566,7 +644,7 @@ def _make_plans(
             offsets += [("dg_" + name, size) for name, size in cum.offsets]
         if use_g:
             grads.append(("g", "dg"))
-    if use_gamma:
+    if use_gamma and gamma_grad:
         backward += reductions.head_sum_plans("dg", B * T, H, gamma_dtype, "dg_gamma", interpreted)
         grads.append(("g_gamma", "dg_gamma"))
     if use_h0:
@@ -577,7 +655,7 @@ def _make_plans(
     )
     alone = ()
     if own_forward and not forward_only:
-        alone = _make_plans(a, BT, g_dtype, gamma_dtype, h0_dtype, cu_dtype, forward_only=True).forward
+        alone = _make_plans(a, BT, g_dtype, gamma_dtype, h0_dtype, cu_dtype, True, gamma_grad).forward
     return linear_attn_plans(
         args=a,
         forward=tuple(forward),

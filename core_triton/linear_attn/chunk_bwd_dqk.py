@@ -30,7 +30,8 @@ swapped operands; only loaded tiles are transposed.
 Inputs: ``q``, ``k``, ``v``, ``gc``, ``g_gamma``, ``h``, ``do``, ``dh``,
 ``dht``, ``final`` (forward's final state), ``cu_seqlens``,
 ``chunk_offsets``.  Outputs: ``dq [B*T, HQ, K]``, ``dk [B*T, H, K]``,
-``w [B*T, H]`` float32.
+``w [B*T, H]`` float32 (only with ``STORE_W``: a gate that gets a
+gradient).
 """
 
 import triton.language as tl
@@ -77,6 +78,7 @@ def chunk_bwd_dqk_kernel(
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
     STATE_F32: tl.constexpr,
+    STORE_W: tl.constexpr,
     BV: tl.constexpr,
 ):
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
@@ -137,7 +139,7 @@ def chunk_bwd_dqk_kernel(
                 if j == 0:
                     b_dht = tl.load(dh + state_off + off_vk, mask=m_vk, other=0)
                     b_dk += state_dot(b_v, b_dht, PREC, STATE_F32)
-                    if USE_G or USE_GAMMA:
+                    if STORE_W:
                         if USE_DHT:
                             # <dht, final> of this sequence and head, partial over V and K tiles.
                             st_off = (i_n.to(tl.int64) * H + i_h) * K * V
@@ -155,13 +157,13 @@ def chunk_bwd_dqk_kernel(
                 dq + (o_t[:, None] * HQ + i_hq) * K + o_k[None, :], b_dq.to(dq.dtype.element_ty), mask=m_tk
             )
             b_dk += dot((scores_t * decay_t).to(b_q.dtype), b_q, PREC)
-            if USE_G or USE_GAMMA:
+            if STORE_W:
                 w_row += tl.sum(b_q.to(tl.float32) * b_dq, axis=1)
 
         tl.store(dk + (o_t[:, None] * H + i_h) * K + o_k[None, :], b_dk.to(dk.dtype.element_ty), mask=m_tk)
-        if USE_G or USE_GAMMA:
+        if STORE_W:
             w_row -= tl.sum(b_k.to(tl.float32) * b_dk, axis=1)
-    if USE_G or USE_GAMMA:
+    if STORE_W:
         if USE_DHT:
             # Every dg_t of the sequence gets <dht, final>: put it on the
             # last visited token, which every suffix (prefix) sum includes.

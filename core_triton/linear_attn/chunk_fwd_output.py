@@ -142,6 +142,8 @@ def chunk_fwd_output_segment_kernel(
     STATE_F32: tl.constexpr,
     CARRY: tl.constexpr,
     USE_H0: tl.constexpr,
+    MIRROR: tl.constexpr,
+    START_T: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -167,7 +169,16 @@ def chunk_fwd_output_segment_kernel(
     stores the state it leaves with into ``final [N, H, K, V]`` (float32);
     program ``i_g < N`` also stores sequence ``i_g``'s ``final`` where that
     sequence has no chunk (packed input).  Without ``CARRY``, ``seg_start``
-    is read and ``final`` left alone."""
+    is read and ``final`` left alone.
+
+    The backward's gradient walks (chunk.py, "gradient walks") run this kernel
+    with the inputs in other roles: ``START_T`` reads each start state
+    transposed (``seg_start [segments, H, V, K]``: ``h^T``, ``dh^T``), and
+    ``MIRROR`` walks against the recurrence (each segment's chunks last to
+    first, tokens within a chunk too) with the gates measured from the
+    chunk's far end (``b' = b_tot - b``, the log decay a cotangent picks up
+    on its way back), a state that carries ``scale`` itself (the
+    cotangent's: ``dh``) and ``scale`` on the in-chunk term alone."""
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     GROUP: tl.constexpr = HQ // H
     i_v = tl.program_id(0)
@@ -181,6 +192,8 @@ def chunk_fwd_output_segment_kernel(
     m_v = o_v < V
     m_kv = m_k[:, None] & m_v[None, :]
     off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    # The direction the chunks (and a chunk's tokens) are visited in.
+    WALK_REVERSE: tl.constexpr = REVERSE != MIRROR
     if CARRY and IS_VARLEN:
         if i_g < N:
             # Sequence i_g's final state where it has no chunk (no segment
@@ -210,10 +223,13 @@ def chunk_fwd_output_segment_kernel(
         state = start_tile(h0, state_row, off_kv, m_kv, BK, BV, USE_H0)
         state = carry_segments(state, seg_delta, seg_decay, seg_start, g0, n_seg, n_before, i_h, off_kv, m_kv,
                                H, K, V, REVERSE, False)  # fmt: skip
+    elif START_T:
+        off_t = o_v[None, :].to(tl.int64) * K + o_k[:, None]
+        state = tl.load(seg_start + (seg * H + i_h) * K * V + off_t, mask=m_kv, other=0)
     else:
         state = tl.load(seg_start + (seg * H + i_h) * K * V + off_kv, mask=m_kv, other=0)
     for it in range(0, (c1 - c0).to(tl.int32)):
-        if REVERSE:
+        if WALK_REVERSE:
             c = c1 - 1 - it
         else:
             c = c0 + it
@@ -222,14 +238,21 @@ def chunk_fwd_output_segment_kernel(
         o_t = ts + tl.arange(0, BT).to(tl.int64)
         m_t = o_t < te
         b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
+        if MIRROR:
+            # From the chunk's far end: the decay from token i to where the
+            # cotangent enters the chunk, excluding i's own gate.
+            b = tl.where(m_t, b_tot - b, 0.0)
         b_kt = tl.load(
             k + (o_t[None, :] * H + i_h) * K + o_k[:, None], mask=m_k[:, None] & m_t[None, :], other=0
         )
         b_v = tl.load(
             v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0
         )
-        decay = intra_decay(b, m_t, BT, REVERSE, False) * scale
-        inter = tl.exp(b) * scale
+        decay = intra_decay(b, m_t, BT, WALK_REVERSE, False) * scale
+        if MIRROR:
+            inter = tl.exp(b)  # the state carries the scale
+        else:
+            inter = tl.exp(b) * scale
         for j in tl.static_range(GROUP):
             i_hq = i_h * GROUP + j
             b_q = tl.load(
@@ -254,6 +277,8 @@ def chunk_fwd_output_segment_kernel(
         # Each token's decay to the chunk's end, on v's rows (a [BT, BV]
         # tile, where on k^T it would be [K, BT]).
         w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
+        if MIRROR:
+            w = w * scale
         state = half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, IEEE)
     if CARRY:
         if n_before == n_seg - 1:  # the sequence's last segment visited

@@ -61,12 +61,14 @@ def plans(
     """Check the arguments and plan the op: ``(plans, g_gamma)``, the plans
     of ``chunk_linear_attn`` or ``recurrent`` with the decay as their input
     ``g_gamma`` (``[H]`` float32, given here as its values for the binding
-    to make once per device; it gets no gradient)."""
+    to make once per device; it gets no gradient: the chunk plans compute
+    none)."""
     g_gamma, mode = decay(key, layer_idx, num_layers, mode)
     gamma = TensorInfo(g_gamma.shape, "float32", (1,), key.device)
     if mode == "chunk":
         op_plans = chunk.plans(
-            query, key, value, None, gamma, softmax_scale, initial_state, reverse, cu_seqlens
+            query, key, value, None, gamma, softmax_scale, initial_state, reverse, cu_seqlens,
+            gamma_grad=False,
         )  # fmt: skip
     else:
         op_plans = recurrent.plans(

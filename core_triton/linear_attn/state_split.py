@@ -78,15 +78,28 @@ FORWARD_ONLY_SEGMENTS = (64, 32, 16)
 # products in place with three-stage state passes (0.579 -> 0.546).
 FORWARD_ONLY_HALF_STATES = True
 
+# Where a training call splits and the gradient walks apply (no gradient of
+# a gate to form, one query head per state head: chunk.py), its backward
+# computes dq, dk and dv by walking the segments with the chunk states in
+# registers, and its forward is the segment output pass in the segments a
+# forward alone takes (True); else the backward stores every chunk's h and
+# dh for chunk_dv and chunk_dqk (False).
+GRADIENT_WALKS = True
+
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
-# S = 0 for the whole-sequence walk, and {"fused_output": 0} the forward
-# that stores the chunk states (set them through forced_segments, which
-# also drops the plans made before).
+# S = 0 for the whole-sequence walk, {"fused_output": 0} the forward that
+# stores the chunk states and {"gradient_walks": 0 or 1} GRADIENT_WALKS (set
+# them through forced_segments, which also drops the plans made before).
 SPLIT_OVERRIDE: dict[str, int] = {}
 
 
 @contextlib.contextmanager
-def forced_segments(segment_chunks: int | None, fused_output: bool = True, forward_only: bool = True):
+def forced_segments(
+    segment_chunks: int | None,
+    fused_output: bool = True,
+    forward_only: bool = True,
+    gradient_walks: bool | None = None,
+):
     """Plan the chunk ops (chunk_linear_attn, lightning) inside the block
     with segments of ``segment_chunks`` chunks (0: the whole-sequence walk;
     None: the plan's own choice); ``fused_output`` False makes a split
@@ -94,8 +107,9 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True, forwa
     it does where the segment output pass's tiles fit in no shared memory;
     ``forward_only`` False gives a call that no gradient follows the
     training call's forward (no FORWARD_ONLY_SEGMENTS, no
-    FORWARD_ONLY_HALF_STATES).  The chunk plans cached before and inside
-    are dropped, so no plan outlives the setting it was made under."""
+    FORWARD_ONLY_HALF_STATES); ``gradient_walks`` sets GRADIENT_WALKS (None:
+    as it is).  The chunk plans cached before and inside are dropped, so no
+    plan outlives the setting it was made under."""
     global FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
     from core_triton.linear_attn import chunk  # it imports this module
 
@@ -105,6 +119,9 @@ def forced_segments(segment_chunks: int | None, fused_output: bool = True, forwa
         FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES = (), False
     SPLIT_OVERRIDE.pop("segment_chunks", None)
     SPLIT_OVERRIDE.pop("fused_output", None)
+    SPLIT_OVERRIDE.pop("gradient_walks", None)
+    if gradient_walks is not None:
+        SPLIT_OVERRIDE["gradient_walks"] = int(gradient_walks)
     if segment_chunks is not None:
         SPLIT_OVERRIDE["segment_chunks"] = segment_chunks
     if not fused_output:

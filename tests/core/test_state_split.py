@@ -81,3 +81,40 @@ def test_forward_only_plans_where_they_differ(monkeypatch):
             assert p.inference == () and p.forward_only == p.forward
     finally:
         chunk._make_plans.cache_clear()
+
+
+def test_gradient_walks_where_they_pay(monkeypatch):
+    # Lightning (a g_gamma without gradient, one query head a state head)
+    # takes the backward's gradient walks at B1 T32k (segments of 64) and in
+    # 16 documents (segments of 16), not at B4 T4k (whole walks measured
+    # faster) nor in 256 short documents (segments of less than 16 chunks);
+    # grouped queries and a g_gamma that gets its gradient keep the stored
+    # chunk states.
+    from core_triton.linear_attn import lightning
+    from core_triton.linear_attn.chunk_bwd_dqk import chunk_bwd_dqk_kernel
+
+    monkeypatch.setattr(chunk, "multiprocessor_count", lambda: H100)
+    chunk._make_plans.cache_clear()
+
+    def segments(B, T, cu=None, HQ=16, op="lightning"):
+        q, k = _info((B, T, HQ, 128)), _info((B, T, 16, 128))
+        if op == "lightning":
+            p = lightning.plans(q, k, k, 1, 4, cu_seqlens=cu)[0]
+        else:
+            p = chunk.plans(q, k, k, None, _info((16,), "float32"), cu_seqlens=cu)
+        walked = [s for s in p.backward if s.kernel is chunk_fwd_output_segment_kernel]
+        if not walked:
+            assert chunk_bwd_dqk_kernel in [s.kernel for s in p.backward]
+            return 0
+        assert len(walked) == 3 and chunk_bwd_dqk_kernel not in [s.kernel for s in p.backward]
+        return walked[0].params[-1]  # S
+
+    try:
+        assert segments(1, 32768) == 64
+        assert segments(1, 32768, _info((17,), "int32")) == 16
+        assert segments(4, 4096) == 0
+        assert segments(1, 32768, _info((257,), "int32")) == 0
+        assert segments(1, 32768, HQ=32) == 0
+        assert segments(1, 32768, op="chunk") == 0
+    finally:
+        chunk._make_plans.cache_clear()

@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 import pytest
 
+from core_triton.linear_attn.naive import lightning_g_gamma
 from tests.reference import assert_close
 from tests.suites.kernel_level import KernelLevelCases
 from tests.suites.recurrent import check_case, make_case
@@ -110,6 +111,19 @@ def is_split(plans, fused_output=True) -> bool:
     fused = runs(plans.forward, chunk_fwd_output_segment_kernel)
     carries = runs(plans.forward, state_split_carry_kernel) and runs(plans.backward, state_split_carry_kernel)
     return carries and fused == fused_output
+
+
+def gradient_walks_planned(kernels) -> bool:
+    """Whether the launched ``kernels`` (a training call's, launched_kernels)
+    are the split forward and the backward's gradient walks: the segment
+    output pass four times (the output, dq, dv, dk) and neither chunk_dv
+    nor chunk_dqk."""
+    from core_triton.linear_attn.chunk_bwd_dqk import chunk_bwd_dqk_kernel
+    from core_triton.linear_attn.chunk_bwd_dv import chunk_bwd_dv_kernel
+    from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
+
+    stored = chunk_bwd_dqk_kernel in kernels or chunk_bwd_dv_kernel in kernels
+    return kernels.count(chunk_fwd_output_segment_kernel) == 4 and not stored
 
 
 def chunk_plans(x, cu, reverse, chunk_size=16, dtype="float32"):
@@ -246,6 +260,44 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         )
         with state_split(self.fw, 1):
             check_case(self.fw, self._fn(), x, cu, cots)
+
+    @pytest.mark.parametrize(
+        "packed,reverse,walks", [(True, False, True), (False, True, True), (True, True, False)]
+    )
+    def test_split_gradient_walks_without_gates(self, packed, reverse, walks):
+        # No gate, one query head per state head: a split training call
+        # takes the gradient walks (chunk.py) unless they are switched off;
+        # the same inputs either way, and the walks' launches checked.
+        # Segments of two chunks: a walk carries its state over a chunk.
+        self._kernel_level((packed, reverse, walks) == (True, False, True))
+        shapes = {**SMALL, "HQ": 2, "H": 2}
+        x, cu, cots = make_case(self.fw, packed=packed, h0=True, seed=24, **shapes)
+        from core_triton.linear_attn.state_split import forced_segments
+
+        with forced_segments(2, gradient_walks=walks):
+            self.fw.clear_caches()
+            try:
+                with launched_kernels(self.fw) as kernels:
+                    check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
+            finally:
+                self.fw.clear_caches()
+        assert gradient_walks_planned(kernels) == walks
+
+    def test_gradient_walks_only_where_they_apply(self):
+        # A gate that gets a gradient (g, or g_gamma of chunk_linear_attn)
+        # or grouped queries keep the backward that stores the chunk states.
+        from core_triton.linear_attn.chunk_bwd_dqk import chunk_bwd_dqk_kernel
+
+        def stores(gates, HQ):
+            x, cu, _ = make_case(self.fw, gates=gates, packed=True, h0=True, **{**SMALL, "HQ": HQ})
+            with state_split(self.fw, 1):
+                plans = chunk_plans(x, cu, False)
+            return any(p.kernel is chunk_bwd_dqk_kernel for p in plans.backward)
+
+        assert not stores((), 2)
+        assert stores((), 4)
+        assert stores(("g",), 2)
+        assert stores(("g_gamma",), 2)
 
     @pytest.mark.parametrize("packed,reverse", [(False, False), (True, False), (True, True)])
     @pytest.mark.parametrize("gates,dtype", [(("g",), "float32"), (("g_gamma",), "bfloat16")])
@@ -398,6 +450,39 @@ class ChunkLinearAttnGpuSuite:
         fused = dtype == "float32" or "g" in gates
         assert is_split(plans, fused), "batch 1 at 4500+ tokens should split the state passes"
         check_case(self.fw, self._fn(reverse), x, cu, cots, dtype=dtype, reverse=reverse)
+
+    @pytest.mark.parametrize(
+        "packed,dtype,reverse,K,V",
+        [
+            (False, "bfloat16", False, 128, 128),
+            (True, "bfloat16", True, 128, 128),
+            (False, "float32", True, 128, 128),
+            (True, "bfloat16", False, 128, 64),
+            (False, "float16", False, 64, 256),
+        ],
+    )
+    def test_gradient_walks_as_planned(self, packed, dtype, reverse, K, V):
+        # Lightning at batch 1 (or 3 packed sequences), two heads, a few
+        # thousand tokens: the plan splits by itself and its backward takes
+        # the gradient walks, in segments of 32 chunks (the batch row's 71
+        # chunks: 3 segments; the packed sequences' 11, 0 and 68: 1, 0, 3),
+        # at the tiles the GPU picks, square and not (the dq and dk walks
+        # run on V x K tiles).
+        self._skip_unless_gpu()
+        H, layer_idx, num_layers = 2, 3, 8
+        x, cu, cots = make_case(
+            self.fw, packed=packed, h0=True, B=1, T=4500, HQ=H, H=H, K=K, V=V, cu=[0, 700, 700, 5000],
+            seed=25,
+        )  # fmt: skip
+        g_gamma = lightning_g_gamma(H, layer_idx, num_layers)
+        api = self.fw.api
+
+        def fn(**kw):
+            return api.lightning_attn(**kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse)
+
+        with launched_kernels(self.fw) as kernels:
+            check_case(self.fw, fn, x, cu, cots, dtype=dtype, reverse=reverse, ref_extra={"g_gamma": g_gamma})
+        assert gradient_walks_planned(kernels), "batch 1 at 4500+ tokens should take the gradient walks"
 
     @pytest.mark.parametrize(
         "packed,dtype,gates",

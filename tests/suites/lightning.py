@@ -9,6 +9,7 @@ import pytest
 
 from core_triton.linear_attn.naive import lightning_g_gamma
 from tests.reference import assert_close
+from tests.suites.chunk_linear_attn import gradient_walks_planned, launched_kernels, state_split
 from tests.suites.kernel_level import KernelLevelCases
 from tests.suites.recurrent import check_case, make_case
 
@@ -40,6 +41,33 @@ class LightningSuite(KernelLevelCases):
             )
 
         check_case(self.fw, fn, x, cu, cots, reverse=reverse, ref_extra={"g_gamma": g_gamma})
+
+    @pytest.mark.parametrize("packed,reverse,size", [(False, False, 2), (True, True, 2), (True, False, 1)])
+    def test_split_gradient_walks(self, packed, reverse, size):
+        # A training call split into segments of one or two 64-token chunks:
+        # the forward's output from the segments' start states and a
+        # backward of gradient walks (chunk.py), no chunk state in memory
+        # either way.  Batched: rows of 3 chunks (the last partial), so a
+        # segment of two carries its state over a chunk inside the walk.
+        # Packed: 150, 0, 29 and 141 tokens (segments shorter than, as long
+        # as and longer than a sequence; an empty one).  Both directions,
+        # with an initial state and a final-state cotangent.
+        self._kernel_level((packed, reverse, size) == (True, True, 2))
+        H, layer_idx, num_layers = 2, 2, 5
+        x, cu, cots = make_case(
+            self.fw, packed=packed, h0=True, B=2, T=150, HQ=H, H=H, K=20, V=12, cu=[0, 150, 150, 179, 320],
+            seed=23,
+        )  # fmt: skip
+        g_gamma = lightning_g_gamma(H, layer_idx, num_layers)
+        api = self.fw.api
+
+        def fn(**kw):
+            return api.lightning_attn(**kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse)
+
+        with state_split(self.fw, size):
+            with launched_kernels(self.fw) as kernels:
+                check_case(self.fw, fn, x, cu, cots, reverse=reverse, ref_extra={"g_gamma": g_gamma})
+        assert gradient_walks_planned(kernels), "the training call did not take the gradient walks"
 
     def test_modes_agree_and_last_layer_decays_least(self):
         fw, api = self.fw, self.fw.api
