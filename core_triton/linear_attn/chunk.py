@@ -92,6 +92,7 @@ def _tiles(
     group: int = 1,
     limit: int = shared_memory.H100_SHARED_BYTES,
     half_products: bool = False,
+    split: bool = False,
 ) -> dict:
     """BK, BV, num_warps, num_stages of one kernel.
 
@@ -102,7 +103,10 @@ def _tiles(
     ``ieee``: float32 inputs, ``group``: HQ // H; the defaults are the worst
     case (float32, no grouped queries).  ``half_products``: a state pass
     whose updates are single half-precision products (no float32 split),
-    which pipelines three stages deep where they fit.  Where nothing fits
+    which pipelines three stages deep where they fit.  ``split``: a
+    ``chunk_state`` launch of the split plans (state_split.py: the segment
+    passes, the carry), which takes all of K (up to 128) in one tile.
+    Where nothing fits
     (float32 inputs with 256-token chunks: the [BT, BT] float32 scores
     alone take 256 KiB) the smallest tiles are returned, or for
     ``chunk_output_segment`` (whose BK is all of K) None."""
@@ -122,6 +126,11 @@ def _tiles(
         # All of K in one tile where it fits (no recomputed scores).
         "chunk_dqk": dict(BK=kp, BV=min(vp, 64), num_warps=8, num_stages=2),
     }[kernel]
+    if split and kernel == "chunk_state":
+        # H100, bf16, B1 T32k, H16, K = V = 128: chunk g's forward 0.410 ->
+        # 0.403 ms, lightning's forward+backward 1.30-1.33 -> 1.28 (the
+        # segments' pass from zero reads k and v once for both K tiles).
+        t["BK"] = min(kp, 128)
     if BT >= 128:
         t["num_warps"] = 8
     t = {**t, **TILE_OVERRIDES.get(kernel, {})}
@@ -290,7 +299,7 @@ def _make_plans(
 
     interpreted = is_interpreted(chunk_fwd_state_kernel)
 
-    def tiles_of(name, half_products=False, dims=(K, V)):
+    def tiles_of(name, half_products=False, dims=(K, V), split=False):
         return _tiles(
             name,
             *dims,
@@ -301,12 +310,13 @@ def _make_plans(
             ieee=ieee,
             group=HQ // H,
             half_products=half_products,
+            split=split,
         )
 
-    def tiled(name, kernel, grid, params, outputs, output_names, constexprs):
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, split=False):
         """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
-        to the grid (empty problems launch nothing)."""
-        t = tiles_of(name, half_products=not constexprs.get("STATE_F32", True))
+        to the grid (empty problems launch nothing); ``split``: see _tiles."""
+        t = tiles_of(name, half_products=not constexprs.get("STATE_F32", True), split=split)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         return LaunchPlan(
             kernel=kernel,
@@ -404,6 +414,7 @@ def _make_plans(
                 outputs=outputs,
                 output_names=names,
                 constexprs=dict(**heads, K=K, V=V, **{flag: store}, **{**flags, "STATE_F32": state_f32}),
+                split=True,
             )
 
         def carry(start, use_start, last_first, names, final_dtype):
@@ -420,6 +431,7 @@ def _make_plans(
                 constexprs=dict(
                     H=H, K=K, V=V, BT=BT, USE_START=use_start, LAST_FIRST=last_first, IS_VARLEN=a.packed
                 ),
+                split=True,
             )
 
         seg_out = (OutputSpec(seg_shape, "float32"), OutputSpec(seg_rows, "float32"))
