@@ -391,6 +391,7 @@ def _make_plans(
     # A forward alone differs where it splits differently, or carries the
     # segments inside its output pass.
     own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable or fusable_alone)
+    own_forward = own_forward and not state_split.SPLIT_OVERRIDE.get("alone_as_trained")
     if forward_only:
         S, fusable = S_alone, fusable_alone
     if S:

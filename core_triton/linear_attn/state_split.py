@@ -88,8 +88,10 @@ GRADIENT_WALKS = True
 
 # Tests and benchmarks force a segment length: {"segment_chunks": S}, with
 # S = 0 for the whole-sequence walk, {"fused_output": 0} the forward that
-# stores the chunk states and {"gradient_walks": 0 or 1} GRADIENT_WALKS (set
-# them through forced_segments, which also drops the plans made before).
+# stores the chunk states, {"gradient_walks": 0 or 1} GRADIENT_WALKS and
+# {"alone_as_trained": 1} no forward of its own for a call that no gradient
+# follows (set them through forced_segments, which also drops the plans
+# made before).
 SPLIT_OVERRIDE: dict[str, int] = {}
 
 
@@ -106,20 +108,17 @@ def forced_segments(
     forward with float32 chunk states store them for the output kernel, as
     it does where the segment output pass's tiles fit in no shared memory;
     ``forward_only`` False gives a call that no gradient follows the
-    training call's forward (no FORWARD_ONLY_SEGMENTS, no
-    FORWARD_ONLY_HALF_STATES); ``gradient_walks`` sets GRADIENT_WALKS (None:
-    as it is).  The chunk plans cached before and inside are dropped, so no
-    plan outlives the setting it was made under."""
-    global FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
+    training call's forward (``OpPlans.inference`` left empty);
+    ``gradient_walks`` sets GRADIENT_WALKS (None: as it is).  The chunk
+    plans cached before and inside are dropped, so no plan outlives the
+    setting it was made under."""
     from core_triton.linear_attn import chunk  # it imports this module
 
     before = dict(SPLIT_OVERRIDE)
-    before_alone = FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES
+    for key in ("segment_chunks", "fused_output", "gradient_walks", "alone_as_trained"):
+        SPLIT_OVERRIDE.pop(key, None)
     if not forward_only:
-        FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES = (), False
-    SPLIT_OVERRIDE.pop("segment_chunks", None)
-    SPLIT_OVERRIDE.pop("fused_output", None)
-    SPLIT_OVERRIDE.pop("gradient_walks", None)
+        SPLIT_OVERRIDE["alone_as_trained"] = 1
     if gradient_walks is not None:
         SPLIT_OVERRIDE["gradient_walks"] = int(gradient_walks)
     if segment_chunks is not None:
@@ -132,7 +131,6 @@ def forced_segments(
     finally:
         SPLIT_OVERRIDE.clear()
         SPLIT_OVERRIDE.update(before)
-        FORWARD_ONLY_SEGMENTS, FORWARD_ONLY_HALF_STATES = before_alone
         chunk._make_plans.cache_clear()
 
 
