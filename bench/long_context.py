@@ -13,7 +13,8 @@ differentiated call runs (the forward rows of the others are calls that
 no gradient follows, which may split differently:
 state_split.FORWARD_ONLY_SEGMENTS).
 ``TWINKERNELS_BENCH_ONLY="chunk,lightning,32768"`` keeps those ops and
-lengths.
+lengths, ``TWINKERNELS_BENCH_IMPLS="torch,jax,fla"`` those implementations
+(of ``torch``, ``jax``, ``whole``, ``trained``, ``fla``).
 """
 
 from __future__ import annotations
@@ -87,6 +88,11 @@ def _rows(torch, jax, jnp, torch_api, jax_api, op, gate, T, docs):
         impls["fla"] = ("torch", _fla(op, cu))
     except Exception as e:  # fla is optional: say why it is missing
         print(f"fla not benchmarked: {type(e).__name__}: {e}")
+    keep = [i for i in os.environ.get("TWINKERNELS_BENCH_IMPLS", "").split(",") if i]
+    if keep:
+        short = {"twinkernels torch": "torch", "twinkernels jax": "jax", "fla": "fla"}
+        short |= {"twinkernels torch, whole walk": "whole", "twinkernels torch, as trained": "trained"}
+        impls = {n: v for n, v in impls.items() if short[n] in keep}
     shape = f"B1 T{T // 1024}k" + (f" {docs} docs" if docs else "")
     rows = []
     for name, (kind, fn) in impls.items():
