@@ -93,7 +93,7 @@ def _jax_pair(jax, jnp, fn, x, grads):
     do = jnp.ones(xj["value"].shape[:3] + (xj["value"].shape[3],), jnp.bfloat16) * 0.01
     fwd = jax.jit(lambda d: fn(**d)[0])
 
-    def loss_vjp(d):
+    def loss_vjp(d, do):
         diff = {n: d[n] for n in grads}
         rest = {n: v for n, v in d.items() if n not in grads}
         out, pull = jax.vjp(lambda p: fn(**p, **rest), diff)
@@ -102,8 +102,11 @@ def _jax_pair(jax, jnp, fn, x, grads):
         # states), and "fwd+bwd" would time the backward alone.
         return out, pull((do, jnp.zeros_like(out[1])))
 
+    # The cotangent is an argument, as PyTorch's is a tensor made once: a
+    # closed-over array is a constant of the jitted computation, which XLA
+    # may materialise on every call.
     fwd_bwd = jax.jit(loss_vjp)
-    return (lambda: fwd(xj)), (lambda: fwd_bwd(xj))
+    return (lambda: fwd(xj)), (lambda: fwd_bwd(xj, do))
 
 
 def _sdpa(torch, x):
