@@ -32,6 +32,17 @@ Backward (from ``do`` and the final state's cotangent ``dht``):
    the foundation's global cumsum;
 5. ``dg_gamma``: column sums of ``dg`` (common/reductions.py).
 
+Steps 4 and 5 run only for a gate that gets a gradient (``g``, or a
+``g_gamma`` unless ``gamma_grad`` is False, as lightning's constant decay
+is).  Where none does and each query head has its own state head, a split
+training call (batch 1, or packed input) takes the *gradient walks*
+instead of steps 0-3: its forward is the segment output pass from
+``seg_start`` (half-precision states too), and its backward carries the
+gradient over the segments (``dseg_start``, ``dh0``), then computes ``dq``,
+``dv`` and ``dk`` with chunk_fwd_output_segment_kernel in other roles, the
+chunk states and their gradients in registers (see "gradient walks"
+below): nothing of size ``[chunks, H, K, V]`` in memory either way.
+
 ``reverse=True`` runs natively: chunks still start at each sequence's
 first token, are visited last to first, and their gates are suffix sums.
 
@@ -376,9 +387,10 @@ def _make_plans(
     # walks would take the group's sum over the key's role).  Where the
     # training call splits, and for packed input (the longest document's
     # walk bounds the whole-sequence passes), in the segments a forward
-    # alone takes (else the training split's); H100, lightning bf16 H16 K = V = 128, forward+backward
-    # ms: B1 T32k 2.03 -> 1.32 (segments of 64), in 16 documents 1.70 ->
-    # 1.61 (16; 32: 1.68); B4 T4k (not split) 0.81 -> 0.86, not taken.
+    # alone takes (else the training split's).  H100, lightning bf16 H16
+    # K = V = 128, forward+backward ms: B1 T32k 2.03 -> 1.32 (segments of
+    # 64), in 16 documents 1.70 -> 1.61 (16; 32: 1.68); B4 T4k (not split)
+    # 0.81 -> 0.86, not taken.
     walks = (bool(S) or a.packed) and fits and HQ == H and not need_w and not forward_only and not empty
     walks = walks and tiles_of("chunk_output_segment", dims=(V, K)) is not None
     walks = walks and bool(state_split.SPLIT_OVERRIDE.get("gradient_walks", state_split.GRADIENT_WALKS))
@@ -390,7 +402,7 @@ def _make_plans(
         S, fusable = S_walk, True
     # A forward alone differs where it splits differently, or carries the
     # segments inside its output pass.
-    own_forward = bool(S_alone) and (S_alone != S or fusable_alone != fusable or fusable_alone)
+    own_forward = bool(S_alone) and (S_alone != S or fusable_alone or fusable)
     own_forward = own_forward and not state_split.SPLIT_OVERRIDE.get("alone_as_trained")
     if forward_only:
         S, fusable = S_alone, fusable_alone

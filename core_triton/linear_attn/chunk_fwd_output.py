@@ -283,7 +283,7 @@ def chunk_fwd_output_segment_kernel(
             )
             scores = dot(b_q, b_kt, PREC) * decay
             # Half-precision operands unless the inputs are float32, here
-            # and in the update below, even where a per-token gate keeps the
+            # and in the state's update, even where a per-token gate keeps the
             # chunk states float32 (STATE_F32): that is for the backward's
             # sake, which recomputes them from seg_start (written by the
             # float32 pass from zero); the states walked here reach only

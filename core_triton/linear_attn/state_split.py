@@ -24,7 +24,10 @@ zero start.  Three launches replace the walk:
    memory) and the backward stores the states.  A forward no gradient
    follows has no use for the segments' start states beyond that output:
    its output pass carries the segments itself (each program sums the
-   deltas before its own; ``CARRY``), and step 2 is not launched.
+   deltas before its own; ``CARRY``), and step 2 is not launched.  Where
+   the backward's gradient walks apply (chunk.py), neither direction
+   stores the chunk states: both walk the segments from their carried
+   starts with the states in registers.
 
 The backward's gradient pass is the same recurrence walked the other way
 (chunk_bwd_state.py), with the final state's cotangent as its start.
