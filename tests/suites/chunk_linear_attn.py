@@ -126,6 +126,22 @@ def gradient_walks_planned(kernels) -> bool:
     return kernels.count(chunk_fwd_output_segment_kernel) == 4 and not stored
 
 
+def check_lightning_walks(fw, *, reverse, layer_idx, num_layers, dtype="float32", seed, **shapes):
+    """lightning_attn on ``make_case`` inputs of ``shapes`` (an initial
+    state, one query head a state head) against the float64 reference,
+    every gradient, asserting that the training call took the gradient
+    walks (gradient_walks_planned)."""
+    x, cu, cots = make_case(fw, h0=True, seed=seed, **shapes)
+    g_gamma = lightning_g_gamma(shapes["H"], layer_idx, num_layers)
+
+    def fn(**kw):
+        return fw.api.lightning_attn(**kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse)
+
+    with launched_kernels(fw) as kernels:
+        check_case(fw, fn, x, cu, cots, dtype=dtype, reverse=reverse, ref_extra={"g_gamma": g_gamma})
+    assert gradient_walks_planned(kernels), "the training call did not take the gradient walks"
+
+
 def chunk_plans(x, cu, reverse, chunk_size=16, dtype="float32"):
     """The plans chunk_linear_attn makes for ``make_case`` inputs, with
     query, key and value in ``dtype``."""
@@ -469,20 +485,10 @@ class ChunkLinearAttnGpuSuite:
         # at the tiles the GPU picks, square and not (the dq and dk walks
         # run on V x K tiles).
         self._skip_unless_gpu()
-        H, layer_idx, num_layers = 2, 3, 8
-        x, cu, cots = make_case(
-            self.fw, packed=packed, h0=True, B=1, T=4500, HQ=H, H=H, K=K, V=V, cu=[0, 700, 700, 5000],
-            seed=25,
+        check_lightning_walks(
+            self.fw, reverse=reverse, layer_idx=3, num_layers=8, dtype=dtype, seed=25, packed=packed,
+            B=1, T=4500, HQ=2, H=2, K=K, V=V, cu=[0, 700, 700, 5000],
         )  # fmt: skip
-        g_gamma = lightning_g_gamma(H, layer_idx, num_layers)
-        api = self.fw.api
-
-        def fn(**kw):
-            return api.lightning_attn(**kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse)
-
-        with launched_kernels(self.fw) as kernels:
-            check_case(self.fw, fn, x, cu, cots, dtype=dtype, reverse=reverse, ref_extra={"g_gamma": g_gamma})
-        assert gradient_walks_planned(kernels), "batch 1 at 4500+ tokens should take the gradient walks"
 
     @pytest.mark.parametrize(
         "packed,dtype,gates",

@@ -9,7 +9,7 @@ import pytest
 
 from core_triton.linear_attn.naive import lightning_g_gamma
 from tests.reference import assert_close
-from tests.suites.chunk_linear_attn import gradient_walks_planned, launched_kernels, state_split
+from tests.suites.chunk_linear_attn import check_lightning_walks, state_split
 from tests.suites.kernel_level import KernelLevelCases
 from tests.suites.recurrent import check_case, make_case
 
@@ -53,21 +53,11 @@ class LightningSuite(KernelLevelCases):
         # as and longer than a sequence; an empty one).  Both directions,
         # with an initial state and a final-state cotangent.
         self._kernel_level((packed, reverse, size) == (True, True, 2))
-        H, layer_idx, num_layers = 2, 2, 5
-        x, cu, cots = make_case(
-            self.fw, packed=packed, h0=True, B=2, T=150, HQ=H, H=H, K=20, V=12, cu=[0, 150, 150, 179, 320],
-            seed=23,
-        )  # fmt: skip
-        g_gamma = lightning_g_gamma(H, layer_idx, num_layers)
-        api = self.fw.api
-
-        def fn(**kw):
-            return api.lightning_attn(**kw, layer_idx=layer_idx, num_layers=num_layers, reverse=reverse)
-
         with state_split(self.fw, size):
-            with launched_kernels(self.fw) as kernels:
-                check_case(self.fw, fn, x, cu, cots, reverse=reverse, ref_extra={"g_gamma": g_gamma})
-        assert gradient_walks_planned(kernels), "the training call did not take the gradient walks"
+            check_lightning_walks(
+                self.fw, reverse=reverse, layer_idx=2, num_layers=5, seed=23, packed=packed, B=2, T=150,
+                HQ=2, H=2, K=20, V=12, cu=[0, 150, 150, 179, 320],
+            )  # fmt: skip
 
     def test_modes_agree_and_last_layer_decays_least(self):
         fw, api = self.fw, self.fw.api
