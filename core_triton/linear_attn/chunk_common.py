@@ -95,6 +95,21 @@ def half_dot_acc(a, b, acc, like, PRECISION: tl.constexpr, IEEE: tl.constexpr):
 
 
 @triton.jit
+def carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, SCALED: tl.constexpr, PREC: tl.constexpr,
+                     IEEE: tl.constexpr):  # fmt: skip
+    """The ``[BK, BV]`` float32 state leaving a chunk, from the one entering
+    it: ``exp(b_tot) state + k^T (w * v)`` with ``w`` each token's decay to
+    the chunk's end (0 past the chunk, where exp could overflow), times
+    ``scale`` with ``SCALED``; one product accumulating in place
+    (half_dot_acc), the decay on v's rows (a ``[BT, BV]`` tile, where on k^T
+    it would be ``[K, BT]``: k^T goes to the tensor cores as loaded)."""
+    w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
+    if SCALED:
+        w = w * scale
+    return half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, IEEE)
+
+
+@triton.jit
 def chunk_gates(
     gc,
     g_gamma,

@@ -18,13 +18,18 @@ segment's start state instead, walking the chunks with the state in
 registers.
 """
 
-import triton
 import triton.language as tl
 
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import chunk_of_slot, segment_of_slot, sequence_chunks, sequence_segments
-from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, intra_decay, state_dot
+from core_triton.linear_attn.chunk_common import (
+    carry_over_chunk,
+    chunk_gates,
+    half_dot_acc,
+    intra_decay,
+    state_dot,
+)
 from core_triton.linear_attn.state_split import carry_segments, start_tile
 
 
@@ -105,19 +110,6 @@ def chunk_fwd_output_kernel(
         out.to(o.dtype.element_ty),
         mask=m_t[:, None] & m_v[None, :],
     )
-
-
-@triton.jit
-def _carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, MIRROR: tl.constexpr, PREC: tl.constexpr,
-                      IEEE: tl.constexpr):  # fmt: skip
-    """The ``[BK, BV]`` float32 state leaving a chunk, from the one
-    entering it: ``exp(b_tot) state + k^T (w * v)`` with ``w`` each token's
-    decay to the chunk's end, on v's rows (a ``[BT, BV]`` tile, where on
-    k^T it would be ``[K, BT]``); ``MIRROR``: times ``scale``."""
-    w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
-    if MIRROR:
-        w = w * scale
-    return half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, IEEE)
 
 
 @jit(sizes=("T", "N", "n_iter", "NT", "NS", "NG", "S"))
@@ -275,7 +267,7 @@ def chunk_fwd_output_segment_kernel(
         # without; H100 chunk g forward B1 T32k 0.426 -> 0.410 ms).
         if not IEEE:
             s_half = state.to(b_v.dtype)
-            state = _carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, MIRROR, PREC, IEEE)
+            state = carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, MIRROR, PREC, IEEE)
         for j in tl.static_range(GROUP):
             i_hq = i_h * GROUP + j
             b_q = tl.load(
@@ -301,7 +293,7 @@ def chunk_fwd_output_segment_kernel(
                 mask=m_t[:, None] & m_v[None, :],
             )
         if IEEE:
-            state = _carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, MIRROR, PREC, IEEE)
+            state = carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, scale, MIRROR, PREC, IEEE)
     if CARRY:
         if n_before == n_seg - 1:  # the sequence's last segment visited
             tl.store(final + state_row + off_kv, state, mask=m_kv)

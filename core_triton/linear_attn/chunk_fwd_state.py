@@ -33,7 +33,7 @@ import triton.language as tl
 
 from core_triton.common.runtime import jit
 from core_triton.common.sequences import segment_of_slot, sequence_chunks
-from core_triton.linear_attn.chunk_common import chunk_gates, half_dot_acc, update_dot
+from core_triton.linear_attn.chunk_common import carry_over_chunk, chunk_gates, update_dot
 
 
 @triton.jit
@@ -94,15 +94,14 @@ def state_walk(
         b_v = tl.load(
             v + (o_t[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & (o_v < V)[None, :], other=0
         )
-        # Decay of each token's contribution to the end of the chunk; the
-        # where() keeps rows past the chunk from overflowing exp.
-        w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
         if STATE_F32:
+            # Decay of each token's contribution to the end of the chunk; the
+            # where() keeps rows past the chunk from overflowing exp.
+            w = tl.where(m_t, tl.exp(b_tot - b), 0.0)
             state = state * tl.exp(b_tot) + update_dot(b_kt * w[None, :], b_v, PREC, STATE_F32)
         else:
-            # One half-precision product accumulating in place, the decay on
-            # v's rows (k^T goes to the tensor cores as loaded).
-            state = half_dot_acc(b_kt, b_v * w[:, None], state * tl.exp(b_tot), b_v, PREC, False)
+            # One half-precision product accumulating in place.
+            state = carry_over_chunk(state, b_kt, b_v, b, b_tot, m_t, 1.0, False, PREC, False)
         log_decay += b_tot
     return state, log_decay
 
