@@ -116,10 +116,9 @@ def _tiles(
     whose updates are single half-precision products (no float32 split),
     which pipelines three stages deep where they fit.  ``split``: a
     ``chunk_state`` launch of the split plans (state_split.py: the segment
-    passes, the carry), which takes all of K (up to 128) in one tile.
-    Where nothing fits
-    (float32 inputs with 256-token chunks: the [BT, BT] float32 scores
-    alone take 256 KiB) the smallest tiles are returned, or for
+    passes, the carry), which takes all of K (up to 128) in one tile.  Where
+    nothing fits (float32 inputs with 256-token chunks: the [BT, BT] float32
+    scores alone take 256 KiB) the smallest tiles are returned, or for
     ``chunk_output_segment`` (whose BK is all of K) None."""
     kp, vp = max(16, next_power_of_2(K)), max(16, next_power_of_2(V))
     # The segment output pass holds a whole [K, BV] state: BK is all of K.
@@ -324,10 +323,11 @@ def _make_plans(
             split=split,
         )
 
-    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, split=False):
-        """A launch of ``kernel`` with this op's tiles; ``grid`` maps them
-        to the grid (empty problems launch nothing); ``split``: see _tiles."""
-        t = tiles_of(name, half_products=not constexprs.get("STATE_F32", True), split=split)
+    def tiled(name, kernel, grid, params, outputs, output_names, constexprs, split=False, dims=(K, V)):
+        """A launch of ``kernel`` with this op's tiles (for K x V given as
+        ``dims``); ``grid`` maps them to the grid (empty problems launch
+        nothing); ``split``: see _tiles."""
+        t = tiles_of(name, half_products=not constexprs.get("STATE_F32", True), dims=dims, split=split)
         warps, stages = t.pop("num_warps"), t.pop("num_stages")
         return LaunchPlan(
             kernel=kernel,
@@ -377,9 +377,8 @@ def _make_plans(
     # stay out of memory (state_split.FORWARD_ONLY_SEGMENTS), else as a
     # training call does.
     per_sequence = NT // max(N, 1) if a.packed else NT
-    S_alone = S
-    if fusable_alone and not empty:
-        S_alone = state_split.forward_only_segment_chunks(per_sequence) or S
+    S_own = state_split.forward_only_segment_chunks(per_sequence) or S
+    S_alone = S_own if fusable_alone and not empty else S
     # The backward's gradient walks (see "gradient walks" below): the
     # segment output pass's kernel in three more roles, whose whole-K tiles
     # must fit both ways round (K x V and V x K), with no per-token gate
@@ -394,12 +393,11 @@ def _make_plans(
     walks = (bool(S) or a.packed) and fits and HQ == H and not need_w and not forward_only and not empty
     walks = walks and tiles_of("chunk_output_segment", dims=(V, K)) is not None
     walks = walks and bool(state_split.SPLIT_OVERRIDE.get("gradient_walks", state_split.GRADIENT_WALKS))
-    S_walk = state_split.forward_only_segment_chunks(per_sequence) or S
-    walks = walks and bool(S_walk)
+    walks = walks and bool(S_own)
     if walks:
         # The walks keep no chunk state in memory, forward or backward: the
         # forward takes the segment output pass (from seg_start).
-        S, fusable = S_walk, True
+        S, fusable = S_own, True
     # A forward alone differs where it splits differently, or carries the
     # segments inside its output pass.
     own_forward = bool(S_alone) and (S_alone != S or fusable_alone or fusable)
@@ -582,8 +580,6 @@ def _make_plans(
     # chunk_dv and chunk_dqk to read back.
     def walk(roles, start, out, swapped, mirror):
         Kw, Vw = (V, K) if swapped else (K, V)
-        t = tiles_of("chunk_output_segment", dims=(Kw, Vw))
-        warps, stages = t.pop("num_warps"), t.pop("num_stages")
         heads = HQ if out == "dq" else H
         # (no CARRY: seg_delta, seg_decay and h0 are unread stand-ins)
         params = (
@@ -591,15 +587,15 @@ def _make_plans(
             cu, co, a.scale, T, N, n_iter, NT, NS, NG, S,
         )  # fmt: skip
         modes = dict(CARRY=False, USE_H0=False, MIRROR=mirror, START_T=swapped)
-        return LaunchPlan(
-            kernel=chunk_fwd_output_segment_kernel,
-            grid=(cdiv(Vw, t["BV"]), NG, B * H),
+        return tiled(
+            "chunk_output_segment",
+            chunk_fwd_output_segment_kernel,
+            lambda t: (cdiv(Vw, t["BV"]), NG, B * H),
             params=params,
             outputs=(OutputSpec((B, T, heads, Vw), a.dtype), pad),
             output_names=(out, out + "_pad"),
-            constexprs=dict(HQ=HQ, H=H, K=Kw, V=Vw, **modes, **flags, **t),
-            num_warps=warps,
-            num_stages=stages,
+            constexprs=dict(HQ=HQ, H=H, K=Kw, V=Vw, **modes, **flags),
+            dims=(Kw, Vw),
         )
 
     if walks:
