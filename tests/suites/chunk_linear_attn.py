@@ -44,14 +44,15 @@ SPLIT_BINDING_MATRIX = [(("g", "g_gamma"), True, True, 1), (("g",), False, False
 
 
 @contextlib.contextmanager
-def state_split(fw, segment_chunks, fused_output=True):
+def state_split(fw, segment_chunks, fused_output=True, gradient_walks=None):
     """Plan chunk_linear_attn (and lightning) with the state passes split
     into segments of ``segment_chunks`` chunks (0: never split);
     ``fused_output`` False: the split forward that stores the chunk states
-    (where the segment output pass's tiles do not fit)."""
+    (where the segment output pass's tiles do not fit); ``gradient_walks``:
+    state_split.GRADIENT_WALKS (None: as it is)."""
     from core_triton.linear_attn.state_split import forced_segments
 
-    with forced_segments(segment_chunks, fused_output):
+    with forced_segments(segment_chunks, fused_output, gradient_walks=gradient_walks):
         fw.clear_caches()
         try:
             yield
@@ -288,15 +289,9 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         self._kernel_level((packed, reverse, walks) == (True, False, True))
         shapes = {**SMALL, "HQ": 2, "H": 2}
         x, cu, cots = make_case(self.fw, packed=packed, h0=True, seed=24, **shapes)
-        from core_triton.linear_attn.state_split import forced_segments
-
-        with forced_segments(2, gradient_walks=walks):
-            self.fw.clear_caches()
-            try:
-                with launched_kernels(self.fw) as kernels:
-                    check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
-            finally:
-                self.fw.clear_caches()
+        with state_split(self.fw, 2, gradient_walks=walks):
+            with launched_kernels(self.fw) as kernels:
+                check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, reverse=reverse)
         assert gradient_walks_planned(kernels) == walks
 
     def test_gradient_walks_only_where_they_apply(self):
