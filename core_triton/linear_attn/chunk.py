@@ -347,6 +347,7 @@ def _make_plans(
         return lambda t: (0, 0, 0) if empty else (cdiv(V, t["BV"]), NS, B * heads)
 
     forward = []
+    cumsum = []
     if use_g:
         cum = _cumsum_plan.make_plans(
             _info((B, T, H), g_dtype),
@@ -357,7 +358,7 @@ def _make_plans(
             head_first=False,
             out_dtype="float32",
         )
-        forward += [_renamed(p, {"x": "g"}, ("gc",)) for p in cum.forward]
+        cumsum = [_renamed(p, {"x": "g"}, ("gc",)) for p in cum.forward]
     # The state passes split over the sequence (state_split.py): S chunks
     # per segment, NG segment slots per batch row (packed: in all, an upper
     # bound known from shapes, like the chunk slots).
@@ -404,6 +405,12 @@ def _make_plans(
     own_forward = own_forward and not state_split.SPLIT_OVERRIDE.get("alone_as_trained")
     if forward_only:
         S, fusable = S_alone, fusable_alone
+    # A forward no gradient follows that carries the segments in its output
+    # pass (below) has two kernels read g: each forms g's in-chunk cumsum
+    # itself (G_RAW), and no cumsum launch writes gc (H100, chunk g B1
+    # T32k: 0.003 ms and a launch of a 0.39 ms forward).
+    raw_g = use_g and forward_only and bool(S) and fusable
+    forward += [] if raw_g else cumsum
     if S:
         NG = NS // S + N if a.packed else cdiv(NT, S)
         seg_shape, seg_rows = (B * NG, H, K, V), (B * NG, H)
@@ -412,16 +419,21 @@ def _make_plans(
         def seg_grid(t):
             return (cdiv(K, t["BK"]) * cdiv(V, t["BV"]), NG, B * H)
 
-        def split_pass(name, kernel, lead, start, outputs, names, store, extra, state_f32=state_f32):
+        def split_pass(
+            name, kernel, lead, start, outputs, names, store, extra, state_f32=state_f32, skip_last=False
+        ):
             """Segment pass: ``store`` False from zero, else from ``start``;
-            ``state_f32`` False: half-precision update products."""
+            ``state_f32`` False: half-precision update products; ``skip_last``
+            (forward): no delta for each sequence's last segment visited, and
+            g read raw where ``raw_g``."""
             flag = "STORE_DH" if name == "chunk_state_backward" else "STORE_H"
-            heads = dict(HQ=HQ, H=H) if flag == "STORE_DH" else dict(H=H)
+            raw = raw_g and skip_last
+            heads = dict(HQ=HQ, H=H) if flag == "STORE_DH" else dict(H=H, SKIP_LAST=skip_last, G_RAW=raw)
             return tiled(
                 name,
                 kernel,
                 seg_grid,
-                params=(*lead, gc, gamma, start, cu, co, *extra, *seg_scalars),
+                params=(*lead, In("g") if raw else gc, gamma, start, cu, co, *extra, *seg_scalars),
                 outputs=outputs,
                 output_names=names,
                 constexprs=dict(**heads, K=K, V=V, **{flag: store}, **{**flags, "STATE_F32": state_f32}),
@@ -456,17 +468,21 @@ def _make_plans(
         # forward no gradient follows multiplies in the inputs' half dtype,
         # as its output pass does (chunk_fwd_output_segment_kernel).
         half_from_zero = forward_only and fusable and not ieee
-        forward.append(
-            split_pass(
-                "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("key"),
-                seg_out, ("seg_delta", "seg_decay"), False, (), state_f32 and not half_from_zero,
-            )
-        )  # fmt: skip
         # A forward no gradient follows keeps no seg_start: its output pass
         # carries the segments itself (CARRY) and stores the final states,
         # one launch fewer (H100, B1 T32k: the carry took 0.02 ms, 0.05 in
         # 16 documents, where it wrote and read back every segment's start).
+        # Each sequence's last segment visited then needs no delta (its
+        # output program walks it and stores the final state): the pass from
+        # zero skips it, 1 / n of its reads at n segments a sequence.
         carry_in_output = forward_only and fusable
+        forward.append(
+            split_pass(
+                "chunk_state", chunk_fwd_state_segment_kernel, (In("key"), In("value")), In("key"),
+                seg_out, ("seg_delta", "seg_decay"), False, (), state_f32 and not half_from_zero,
+                skip_last=carry_in_output,
+            )
+        )  # fmt: skip
         if not carry_in_output:
             h0 = opt("initial_state", use_h0)
             forward.append(carry(h0, use_h0, a.reverse, ("seg", "final"), "float32"))
@@ -490,7 +506,7 @@ def _make_plans(
                     chunk_fwd_output_segment_kernel,
                     lambda t: (cdiv(V, t["BV"]), NG, B * H),
                     params=(
-                        In("query"), In("key"), In("value"), gc, gamma,
+                        In("query"), In("key"), In("value"), In("g") if raw_g else gc, gamma,
                         In("key") if carry_in_output else In("seg_start"),
                         *((In("seg_delta"), In("seg_decay")) if carry_in_output else (In("key"),) * 2),
                         opt("initial_state", use_h0 and carry_in_output),
@@ -503,7 +519,7 @@ def _make_plans(
                     output_names=("o", "final" if carry_in_output else "final_pad"),
                     constexprs=dict(
                         HQ=HQ, H=H, K=K, V=V, CARRY=carry_in_output, USE_H0=use_h0 and carry_in_output,
-                        MIRROR=False, START_T=False, **flags,
+                        MIRROR=False, START_T=False, G_RAW=raw_g, **flags,
                     ),
                 )
             )  # fmt: skip
@@ -586,7 +602,7 @@ def _make_plans(
             *(In(n) for n in roles), gc, gamma, In(start), In("key"), In("key"), In("query"),
             cu, co, a.scale, T, N, n_iter, NT, NS, NG, S,
         )  # fmt: skip
-        modes = dict(CARRY=False, USE_H0=False, MIRROR=mirror, START_T=swapped)
+        modes = dict(CARRY=False, USE_H0=False, MIRROR=mirror, START_T=swapped, G_RAW=False)
         return tiled(
             "chunk_output_segment",
             chunk_fwd_output_segment_kernel,

@@ -123,15 +123,21 @@ def chunk_gates(
     USE_G: tl.constexpr,
     USE_GAMMA: tl.constexpr,
     REVERSE: tl.constexpr,
+    G_RAW: tl.constexpr = False,
 ):
     """(b [BT], b_tot) of one chunk (see the module docstring), float32.
     ``g_gamma``'s in-chunk cumsum is ``gamma * (i + 1)`` (reversed:
-    ``gamma * (L - i)``), computed here rather than read."""
+    ``gamma * (L - i)``), computed here rather than read; so is ``g``'s
+    with ``G_RAW`` (``gc`` then points at ``g``)."""
     p = tl.arange(0, BT)
     L = (te - ts).to(tl.int32)
     b = tl.zeros([BT], dtype=tl.float32)
     if USE_G:
-        b += tl.load(gc + o_t * H + i_h, mask=m_t, other=0).to(tl.float32)
+        gate = tl.load(gc + o_t * H + i_h, mask=m_t, other=0).to(tl.float32)
+        if G_RAW:
+            # Rows past the chunk (loaded as 0) end at 0, as a read gc's do.
+            gate = tl.where(m_t, tl.cumsum(gate, axis=0, reverse=REVERSE), 0.0)
+        b += gate
     if USE_GAMMA:
         gamma = tl.load(g_gamma + i_h).to(tl.float32)
         if REVERSE:

@@ -150,6 +150,7 @@ def chunk_fwd_output_segment_kernel(
     USE_H0: tl.constexpr,
     MIRROR: tl.constexpr,
     START_T: tl.constexpr,
+    G_RAW: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
 ):
@@ -175,7 +176,8 @@ def chunk_fwd_output_segment_kernel(
     stores the state it leaves with into ``final [N, H, K, V]`` (float32);
     program ``i_g < N`` also stores sequence ``i_g``'s ``final`` where that
     sequence has no chunk (packed input).  Without ``CARRY``, ``seg_start``
-    is read and ``final`` left alone.
+    is read and ``final`` left alone.  ``G_RAW``: ``gc`` is ``g``, its
+    in-chunk cumsum formed here (chunk_common.chunk_gates).
 
     The backward's gradient walks (chunk.py, "gradient walks") run this kernel
     with the inputs in other roles: ``START_T`` reads each start state
@@ -243,7 +245,7 @@ def chunk_fwd_output_segment_kernel(
         te = tl.minimum(ts + BT, eos)
         o_t = ts + tl.arange(0, BT).to(tl.int64)
         m_t = o_t < te
-        b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
+        b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE, G_RAW)
         if MIRROR:
             # From the chunk's far end: the decay from token i to where the
             # cotangent enters the chunk, excluding i's own gate.

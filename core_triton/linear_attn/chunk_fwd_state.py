@@ -62,12 +62,14 @@ def state_walk(
     STORE_H: tl.constexpr,
     PREC: tl.constexpr,
     STATE_F32: tl.constexpr,
+    G_RAW: tl.constexpr = False,
 ):
     """Carry the ``[BK, BV]`` tile ``state`` over chunks ``[c0, c1)`` of the
     sequence at rows ``[bos, eos)`` (chunk slots from ``slot0``), in
     visiting order, storing the state entering each chunk into ``h`` when
-    ``STORE_H``.  Returns ``(state, log_decay)``: the state leaving the last
-    chunk and the summed log decay of the chunks walked."""
+    ``STORE_H``; ``G_RAW``: ``gc`` is ``g`` (chunk_common.chunk_gates).
+    Returns ``(state, log_decay)``: the state leaving the last chunk and the
+    summed log decay of the chunks walked."""
     m_kv = (o_k < K)[:, None] & (o_v < V)[None, :]
     off_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
     log_decay = tl.sum(tl.zeros([1], dtype=tl.float32), axis=0)
@@ -84,7 +86,7 @@ def state_walk(
 
         o_t = ts + tl.arange(0, BT).to(tl.int64)
         m_t = o_t < te
-        b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE)
+        b, b_tot = chunk_gates(gc, g_gamma, i_h, o_t, m_t, ts, te, H, BT, USE_G, USE_GAMMA, REVERSE, G_RAW)
         # k^T loaded directly as [BK, BT] (no transpose of a product).
         b_kt = tl.load(
             k + (o_t[None, :] * H + i_h) * K + o_k[:, None],
@@ -183,6 +185,8 @@ def chunk_fwd_state_segment_kernel(
     USE_G: tl.constexpr,
     USE_GAMMA: tl.constexpr,
     STORE_H: tl.constexpr,
+    SKIP_LAST: tl.constexpr,
+    G_RAW: tl.constexpr,
     REVERSE: tl.constexpr,
     IS_VARLEN: tl.constexpr,
     IEEE: tl.constexpr,
@@ -192,9 +196,12 @@ def chunk_fwd_state_segment_kernel(
 ):
     """One segment's walk (module docstring).  ``STORE_H`` False: from zero;
     ``out`` is the state leaving the segment ``[segments, H, K, V]``
-    float32 and ``seg_decay [segments, H]`` its log decay.  ``STORE_H``:
-    from ``seg_start [segments, H, K, V]``; ``out`` is ``h`` and
-    ``seg_decay`` is not written."""
+    float32 and ``seg_decay [segments, H]`` its log decay, both left
+    unwritten for each sequence's last segment visited (its last, or with
+    ``REVERSE`` its first) with ``SKIP_LAST``; ``G_RAW``: ``gc`` is ``g``,
+    its in-chunk cumsum formed here.  ``STORE_H``: from
+    ``seg_start [segments, H, K, V]``; ``out`` is ``h`` and ``seg_decay``
+    is not written."""
     PREC: tl.constexpr = "ieee" if IEEE else None  # dot()'s precision
     NV: tl.constexpr = triton.cdiv(V, BV)
     i_k = tl.program_id(0) // NV
@@ -208,6 +215,13 @@ def chunk_fwd_state_segment_kernel(
     )
     if c1 <= c0:
         return  # a spare slot of packed input: no segment
+    if SKIP_LAST:
+        if REVERSE:
+            last = c0 == 0
+        else:
+            last = c1 * BT >= eos - bos
+        if last:
+            return  # whoever would read this delta walks the segment itself
 
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -220,7 +234,7 @@ def chunk_fwd_state_segment_kernel(
         state += tl.load(seg_start + seg_row + off_kv, mask=m_kv, other=0)
     state, log_decay = state_walk(
         state, k, v, gc, g_gamma, out, i_h, bos, eos, slot0, c0, c1, o_k, o_v,
-        H, K, V, BT, USE_G, USE_GAMMA, REVERSE, STORE_H, PREC, STATE_F32,
+        H, K, V, BT, USE_G, USE_GAMMA, REVERSE, STORE_H, PREC, STATE_F32, G_RAW,
     )  # fmt: skip
     if not STORE_H:
         tl.store(out + seg_row + off_kv, state, mask=m_kv)

@@ -333,6 +333,14 @@ class ChunkLinearAttnSuite(KernelLevelCases):
             assert not is_split(plans), "a training call at this size walks whole sequences"
             assert any(p.kernel is chunk_fwd_output_segment_kernel for p in plans.inference)
             assert state_split_carry_kernel not in [p.kernel for p in plans.inference]
+            # The pass from zero leaves each sequence's last segment visited
+            # to the output pass (its delta is never read); with a per-token
+            # gate both read g itself (no cumsum launch, no gc).
+            skips = [p.constexprs["SKIP_LAST"] for p in plans.inference if "SKIP_LAST" in p.constexprs]
+            assert skips == [True]
+            raw = [p.constexprs["G_RAW"] for p in plans.inference if "G_RAW" in p.constexprs]
+            assert raw == [gates == ("g",)] * 2
+            assert all("gc" not in p.output_names for p in plans.inference)
             fn = self._fn(reverse=reverse)
             with launched_kernels(self.fw) as kernels:
                 check_case(self.fw, fn, x, cu, cots, dtype=dtype, grads=False, reverse=reverse)
