@@ -71,6 +71,16 @@ MIN_SEGMENT_CHUNKS = 32
 # there it cost more than the forward saved (B4 T4k forward+backward 1.445
 # whole, 1.646 split in 32).
 FORWARD_ONLY_SEGMENTS = (64, 32, 16)
+# Longer segments for that forward where they still give its output pass a
+# wave of programs (two an SM hold, within 5%), since each program carries
+# the state over every segment of its sequence before its own (CARRY: a
+# loop of dependent loads that grows with the segment count).  H100, bf16,
+# H16, K = V = 128, forward ms (segments of 64 -> these): see
+# docs/benchmarks.md, "Twenty-ninth session".
+LONG_SEGMENTS = (256, 128)
+OUTPUT_PROGRAMS_PER_SM = 2
+WAVE_FILL = 0.95
+
 # Half-precision chunk states (lightning: half inputs, no per-token gate)
 # take that forward too (True), or the training call's (False): their
 # training forward stores half the bytes.  H100, lightning bf16 H16 K = V =
@@ -96,6 +106,17 @@ GRADIENT_WALKS = True
 # follows (set them through forced_segments, which also drops the plans
 # made before).
 SPLIT_OVERRIDE: dict[str, int] = {}
+
+
+def long_segment_chunks(chunks: int, programs: int, sms: int) -> int:
+    """The longest of ``LONG_SEGMENTS`` that makes at least two segments of
+    sequences of ``chunks`` chunks (packed: on average) and, at ``programs``
+    output-pass programs a segment, a wave of them on ``sms`` SMs; 0: none
+    (:func:`forward_only_segment_chunks` then)."""
+    if "segment_chunks" in SPLIT_OVERRIDE:
+        return int(SPLIT_OVERRIDE["segment_chunks"])
+    wave = WAVE_FILL * OUTPUT_PROGRAMS_PER_SM * sms
+    return next((s for s in LONG_SEGMENTS if 2 * s <= chunks and cdiv(chunks, s) * programs >= wave), 0)
 
 
 @contextlib.contextmanager

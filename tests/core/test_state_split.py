@@ -6,8 +6,10 @@ from core_triton.common.launch import TensorInfo
 from core_triton.common.utils import contiguous_strides
 from core_triton.linear_attn import chunk
 from core_triton.linear_attn.chunk_fwd_output import chunk_fwd_output_segment_kernel
+from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
 from core_triton.linear_attn.state_split import (
     forward_only_segment_chunks,
+    long_segment_chunks,
     segment_chunks,
     state_split_carry_kernel,
 )
@@ -50,6 +52,35 @@ def test_forward_only_segments():
     assert forward_only_segment_chunks(64) == 32  # B4 T4k
     assert forward_only_segment_chunks(32) == 16  # 16 documents in T32k
     assert forward_only_segment_chunks(31) == 0
+
+
+def test_long_segments_where_a_wave_stays():
+    # Output-pass programs a segment: sequences x H16 x 2 V tiles of 64.
+    assert long_segment_chunks(512, 32, H100) == 0  # B1 T32k: 64 (8 segments) as before
+    assert long_segment_chunks(1024, 32, H100) == 128  # B1 T64k: 8 segments, 256 programs
+    assert long_segment_chunks(2048, 32, H100) == 256  # B1 T128k: 8 segments
+    assert long_segment_chunks(2048, 16, H100) == 128  # 8 heads: 16 segments
+    assert long_segment_chunks(128, 16 * 32, H100) == 0  # 16 documents in T128k: 64 as before
+    assert long_segment_chunks(64, 4 * 32, H100) == 0  # B4 T4k
+
+
+def test_long_segments_in_the_forward_alone(monkeypatch):
+    # The plans as the H100 gets them: a forward no gradient follows at one
+    # long sequence takes 8 segments; the training call keeps its split.
+    monkeypatch.setattr(chunk, "multiprocessor_count", lambda: H100)
+    chunk._make_plans.cache_clear()
+    try:
+        for T, S in ((32768, 64), (65536, 128), (131072, 256)):
+            q = _info((1, T, 16, 128))
+            for gates in ((_info((1, T, 16), "float32"), None), (None, _info((16,), "float32"))):
+                p = chunk.plans(q, q, q, *gates)
+                seg = [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel]
+                assert seg == [S], (T, gates[0] is None)
+                trained = [s.params[-1] for s in p.forward if s.kernel is chunk_fwd_state_segment_kernel]
+                if S != 64:
+                    assert trained and S not in trained, (T, trained)
+    finally:
+        chunk._make_plans.cache_clear()
 
 
 def test_forward_only_plans_where_they_differ(monkeypatch):

@@ -349,6 +349,25 @@ class ChunkLinearAttnSuite(KernelLevelCases):
                 check_case(self.fw, fn, x, cu, cots, dtype=dtype, reverse=reverse)
             assert chunk_fwd_output_segment_kernel not in kernels, "a training call ran the split forward"
 
+    @pytest.mark.parametrize("packed,reverse", [(False, False), (True, True)])
+    def test_forward_only_long_segments(self, packed, reverse, monkeypatch):
+        # Where its output pass keeps a wave of programs, a forward no
+        # gradient follows takes the longer segments of
+        # state_split.LONG_SEGMENTS: here of 2 chunks (any program count
+        # makes a wave), against 1 from FORWARD_ONLY_SEGMENTS.
+        from core_triton.linear_attn import state_split
+        from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
+
+        monkeypatch.setattr(state_split, "LONG_SEGMENTS", (2,))
+        monkeypatch.setattr(state_split, "WAVE_FILL", 0.0)
+        shapes = {**SMALL, "T": 200, "cu": [0, 0, 90, 200]}  # 6 and 7 chunks
+        x, cu, cots = make_case(self.fw, gates=("g",), packed=packed, h0=True, seed=23, **shapes)
+        with forward_only_segments(self.fw, (1,)):
+            plans = chunk_plans(x, cu, reverse)
+            segs = [p.params[-1] for p in plans.inference if p.kernel is chunk_fwd_state_segment_kernel]
+            assert segs == [2]
+            check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, grads=False, reverse=reverse)
+
     # ---- bad input -------------------------------------------------------
 
     def _inputs(self, **shapes):
@@ -523,6 +542,31 @@ class ChunkLinearAttnGpuSuite:
         with launched_kernels(self.fw) as kernels:
             check_case(self.fw, self._fn(False), x, cu, cots, dtype=dtype, grads=False)
         assert chunk_fwd_output_segment_kernel in kernels
+
+    @pytest.mark.parametrize("gates", [("g",), ("g_gamma",)])
+    def test_forward_only_long_segments_as_planned(self, gates, monkeypatch):
+        # The long segments a forward alone takes at one long sequence
+        # (state_split.LONG_SEGMENTS; 256 chunks of 64 at T128k on the H100),
+        # at the GPU's tiles: segments of 128 chunks here, two of them, since
+        # any program count is made to fill a wave.
+        self._skip_unless_gpu()
+        from core_triton.linear_attn import chunk, state_split
+        from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
+
+        monkeypatch.setattr(state_split, "LONG_SEGMENTS", (128,))
+        monkeypatch.setattr(state_split, "WAVE_FILL", 0.0)
+        chunk._make_plans.cache_clear()
+        self.fw.clear_caches()
+        try:
+            shapes = dict(B=1, T=16384, HQ=2, H=2, K=128, V=128, cu=None)
+            x, cu, cots = make_case(self.fw, gates=gates, packed=False, h0=True, seed=29, **shapes)
+            plans = chunk_plans(x, cu, False, chunk_size=64, dtype="bfloat16")
+            segs = [p.params[-1] for p in plans.inference if p.kernel is chunk_fwd_state_segment_kernel]
+            assert segs == [128]
+            check_case(self.fw, self._fn(False), x, cu, cots, dtype="bfloat16", grads=False)
+        finally:
+            chunk._make_plans.cache_clear()
+            self.fw.clear_caches()
 
     def test_64bit_offsets(self):
         # q [1, 66048, 128, 256] bf16 has 2**31 + 2**24 elements; the last
