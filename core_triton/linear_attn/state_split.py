@@ -24,7 +24,8 @@ zero start.  Three launches replace the walk:
    memory) and the backward stores the states.  A forward no gradient
    follows has no use for the segments' start states beyond that output:
    its output pass carries the segments itself (each program sums the
-   deltas before its own; ``CARRY``), and step 2 is not launched.  Where
+   deltas before its own; ``CARRY``), step 2 is not launched, and step 1
+   skips each sequence's last segment visited (``SKIP_LAST``).  Where
    the backward's gradient walks apply (chunk.py), neither direction
    stores the chunk states: both walk the segments from their carried
    starts with the states in registers.
