@@ -385,7 +385,8 @@ def _make_plans(
         # carry over the segments before each program's own grows with them.
         out_tiles = cdiv(V, tiles_of("chunk_output_segment")["BV"])
         programs = (N if a.packed else B) * H * out_tiles
-        S_alone = state_split.long_segment_chunks(per_sequence, programs, multiprocessor_count()) or S_alone
+        S_long = state_split.long_segment_chunks(per_sequence, programs, multiprocessor_count(), K)
+        S_alone = S_long or S_alone
     # The backward's gradient walks (see "gradient walks" below): the
     # segment output pass's kernel in three more roles, whose whole-K tiles
     # must fit both ways round (K x V and V x K), with no per-token gate

@@ -78,7 +78,10 @@ FORWARD_ONLY_SEGMENTS = (64, 32, 16)
 # loop of dependent loads that grows with the segment count).  H100, bf16,
 # H16, K = V = 128, forward ms (segments of 64 -> these): see
 # docs/benchmarks.md, "Twenty-ninth session".
+# Measured at K = 128, where the output pass holds two programs an SM; a
+# smaller state holds more, and the rule would leave SMs idle.
 LONG_SEGMENTS = (256, 128)
+LONG_SEGMENTS_MIN_K = 128
 OUTPUT_PROGRAMS_PER_SM = 2
 WAVE_FILL = 0.95
 
@@ -109,13 +112,16 @@ GRADIENT_WALKS = True
 SPLIT_OVERRIDE: dict[str, int] = {}
 
 
-def long_segment_chunks(chunks: int, programs: int, sms: int) -> int:
+def long_segment_chunks(chunks: int, programs: int, sms: int, k: int) -> int:
     """The longest of ``LONG_SEGMENTS`` that makes at least two segments of
     sequences of ``chunks`` chunks (packed: on average) and, at ``programs``
-    output-pass programs a segment, a wave of them on ``sms`` SMs; 0: none
+    output-pass programs a segment, a wave of them on ``sms`` SMs, for
+    states of ``k >= LONG_SEGMENTS_MIN_K`` rows; 0: none
     (:func:`forward_only_segment_chunks` then)."""
     if "segment_chunks" in SPLIT_OVERRIDE:
         return int(SPLIT_OVERRIDE["segment_chunks"])
+    if k < LONG_SEGMENTS_MIN_K:
+        return 0
     wave = WAVE_FILL * OUTPUT_PROGRAMS_PER_SM * sms
     return next((s for s in LONG_SEGMENTS if 2 * s <= chunks and cdiv(chunks, s) * programs >= wave), 0)
 

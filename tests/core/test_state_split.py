@@ -56,12 +56,13 @@ def test_forward_only_segments():
 
 def test_long_segments_where_a_wave_stays():
     # Output-pass programs a segment: sequences x H16 x 2 V tiles of 64.
-    assert long_segment_chunks(512, 32, H100) == 0  # B1 T32k: 64 (8 segments) as before
-    assert long_segment_chunks(1024, 32, H100) == 128  # B1 T64k: 8 segments, 256 programs
-    assert long_segment_chunks(2048, 32, H100) == 256  # B1 T128k: 8 segments
-    assert long_segment_chunks(2048, 16, H100) == 128  # 8 heads: 16 segments
-    assert long_segment_chunks(128, 16 * 32, H100) == 0  # 16 documents in T128k: 64 as before
-    assert long_segment_chunks(64, 4 * 32, H100) == 0  # B4 T4k
+    assert long_segment_chunks(512, 32, H100, 128) == 0  # B1 T32k: 64 (8 segments) as before
+    assert long_segment_chunks(1024, 32, H100, 128) == 128  # B1 T64k: 8 segments, 256 programs
+    assert long_segment_chunks(2048, 32, H100, 128) == 256  # B1 T128k: 8 segments
+    assert long_segment_chunks(2048, 16, H100, 128) == 128  # 8 heads: 16 segments
+    assert long_segment_chunks(2048, 32, H100, 64) == 0  # K = 64: more programs an SM
+    assert long_segment_chunks(128, 16 * 32, H100, 128) == 0  # 16 documents in T128k: 64 as before
+    assert long_segment_chunks(64, 4 * 32, H100, 128) == 0  # B4 T4k
 
 
 def test_long_segments_in_the_forward_alone(monkeypatch):
@@ -79,6 +80,11 @@ def test_long_segments_in_the_forward_alone(monkeypatch):
                 trained = [s.params[-1] for s in p.forward if s.kernel is chunk_fwd_state_segment_kernel]
                 if S != 64:
                     assert trained and S not in trained, (T, trained)
+        # K = V = 64: the output pass holds more programs an SM than the
+        # rule's two, so the forward alone keeps segments of 64.
+        q = _info((1, 131072, 16, 64))
+        p = chunk.plans(q, q, q, _info((1, 131072, 16), "float32"))
+        assert [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel] == [64]
     finally:
         chunk._make_plans.cache_clear()
 

@@ -354,12 +354,14 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         # Where its output pass keeps a wave of programs, a forward no
         # gradient follows takes the longer segments of
         # state_split.LONG_SEGMENTS: here of 2 chunks (any program count
-        # makes a wave), against 1 from FORWARD_ONLY_SEGMENTS.
+        # makes a wave, any K qualifies), against 1 from
+        # FORWARD_ONLY_SEGMENTS.
         from core_triton.linear_attn import state_split
         from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
 
         monkeypatch.setattr(state_split, "LONG_SEGMENTS", (2,))
         monkeypatch.setattr(state_split, "WAVE_FILL", 0.0)
+        monkeypatch.setattr(state_split, "LONG_SEGMENTS_MIN_K", 0)
         shapes = {**SMALL, "T": 200, "cu": [0, 0, 90, 200]}  # 6 and 7 chunks
         x, cu, cots = make_case(self.fw, gates=("g",), packed=packed, h0=True, seed=23, **shapes)
         with forward_only_segments(self.fw, (1,)):
