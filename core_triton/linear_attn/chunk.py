@@ -384,8 +384,9 @@ def _make_plans(
         # Longer still where the output pass keeps a wave of programs: its
         # carry over the segments before each program's own grows with them.
         out_tiles = cdiv(V, tiles_of("chunk_output_segment")["BV"])
-        programs = (N if a.packed else B) * H * out_tiles
-        S_long = state_split.long_segment_chunks(per_sequence, programs, multiprocessor_count(), K)
+        S_long = state_split.long_segment_chunks(
+            per_sequence, N if a.packed else B, H * out_tiles, multiprocessor_count(), K
+        )
         S_alone = S_long or S_alone
     # The backward's gradient walks (see "gradient walks" below): the
     # segment output pass's kernel in three more roles, whose whole-K tiles
@@ -393,8 +394,8 @@ def _make_plans(
     # quantity to form and one query head per state head (its mirrored
     # walks would take the group's sum over the key's role).  Where the
     # training call splits, and for packed input (the longest document's
-    # walk bounds the whole-sequence passes), in the segments a forward
-    # alone takes (else the training split's).  H100, lightning bf16 H16
+    # walk bounds the whole-sequence passes), in FORWARD_ONLY_SEGMENTS'
+    # lengths (S_own; else the training split's).  H100, lightning bf16 H16
     # K = V = 128, forward+backward ms: B1 T32k 2.03 -> 1.32 (segments of
     # 64), in 16 documents 1.70 -> 1.61 (16; 32: 1.68); B4 T4k (not split)
     # 0.81 -> 0.86, not taken.

@@ -72,8 +72,8 @@ MIN_SEGMENT_CHUNKS = 32
 # there it cost more than the forward saved (B4 T4k forward+backward 1.445
 # whole, 1.646 split in 32).
 FORWARD_ONLY_SEGMENTS = (64, 32, 16)
-# Longer segments for that forward where they still give its output pass a
-# wave of programs (two an SM hold, within 5%), since each program carries
+# Longer segments for that forward at one sequence where they still give
+# its output pass a wave of programs (two an SM hold, within 5%), since each program carries
 # the state over every segment of its sequence before its own (CARRY: a
 # loop of dependent loads that grows with the segment count).  H100, bf16,
 # H16, K = V = 128, forward ms (segments of 64 -> these): see
@@ -112,15 +112,16 @@ GRADIENT_WALKS = True
 SPLIT_OVERRIDE: dict[str, int] = {}
 
 
-def long_segment_chunks(chunks: int, programs: int, sms: int, k: int) -> int:
-    """The longest of ``LONG_SEGMENTS`` that makes at least two segments of
-    sequences of ``chunks`` chunks (packed: on average) and, at ``programs``
-    output-pass programs a segment, a wave of them on ``sms`` SMs, for
-    states of ``k >= LONG_SEGMENTS_MIN_K`` rows; 0: none
-    (:func:`forward_only_segment_chunks` then)."""
+def long_segment_chunks(chunks: int, sequences: int, programs: int, sms: int, k: int) -> int:
+    """For one sequence (``sequences == 1``, batched or packed) of ``chunks``
+    chunks and states of ``k >= LONG_SEGMENTS_MIN_K`` rows: the longest of
+    ``LONG_SEGMENTS`` that makes at least two segments and, at ``programs``
+    output-pass programs a segment, a wave of them on ``sms`` SMs; 0: none
+    (:func:`forward_only_segment_chunks` then: several sequences were not
+    measured)."""
     if "segment_chunks" in SPLIT_OVERRIDE:
         return int(SPLIT_OVERRIDE["segment_chunks"])
-    if k < LONG_SEGMENTS_MIN_K:
+    if sequences != 1 or k < LONG_SEGMENTS_MIN_K:
         return 0
     wave = WAVE_FILL * OUTPUT_PROGRAMS_PER_SM * sms
     return next((s for s in LONG_SEGMENTS if 2 * s <= chunks and cdiv(chunks, s) * programs >= wave), 0)

@@ -56,13 +56,13 @@ def test_forward_only_segments():
 
 def test_long_segments_where_a_wave_stays():
     # Output-pass programs a segment: sequences x H16 x 2 V tiles of 64.
-    assert long_segment_chunks(512, 32, H100, 128) == 0  # B1 T32k: 64 (8 segments) as before
-    assert long_segment_chunks(1024, 32, H100, 128) == 128  # B1 T64k: 8 segments, 256 programs
-    assert long_segment_chunks(2048, 32, H100, 128) == 256  # B1 T128k: 8 segments
-    assert long_segment_chunks(2048, 16, H100, 128) == 128  # 8 heads: 16 segments
-    assert long_segment_chunks(2048, 32, H100, 64) == 0  # K = 64: more programs an SM
-    assert long_segment_chunks(128, 16 * 32, H100, 128) == 0  # 16 documents in T128k: 64 as before
-    assert long_segment_chunks(64, 4 * 32, H100, 128) == 0  # B4 T4k
+    assert long_segment_chunks(512, 1, 32, H100, 128) == 0  # B1 T32k: 64 (8 segments) as before
+    assert long_segment_chunks(1024, 1, 32, H100, 128) == 128  # B1 T64k: 8 segments, 256 programs
+    assert long_segment_chunks(2048, 1, 32, H100, 128) == 256  # B1 T128k: 8 segments
+    assert long_segment_chunks(2048, 1, 16, H100, 128) == 128  # 8 heads: 16 segments
+    assert long_segment_chunks(2048, 1, 32, H100, 64) == 0  # K = 64: more programs an SM
+    assert long_segment_chunks(512, 4, 32, H100, 128) == 0  # B4 T32k, 4 documents in T128k: not measured
+    assert long_segment_chunks(128, 16, 32, H100, 128) == 0  # 16 documents in T128k: 64 as before
 
 
 def test_long_segments_in_the_forward_alone(monkeypatch):
@@ -84,6 +84,10 @@ def test_long_segments_in_the_forward_alone(monkeypatch):
         # rule's two, so the forward alone keeps segments of 64.
         q = _info((1, 131072, 16, 64))
         p = chunk.plans(q, q, q, _info((1, 131072, 16), "float32"))
+        assert [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel] == [64]
+        # Batch 2 of T64k (not measured): segments of 64, as before.
+        q = _info((2, 65536, 16, 128))
+        p = chunk.plans(q, q, q, _info((2, 65536, 16), "float32"))
         assert [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel] == [64]
     finally:
         chunk._make_plans.cache_clear()
