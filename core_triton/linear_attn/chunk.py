@@ -18,7 +18,11 @@ At batch 1 and long sequences the state pass splits over the sequence
 from each segment's start state with the chunk states kept in registers
 (chunk_fwd_output_segment_kernel): no ``h`` in memory, and the backward begins
 by storing ``h`` from ``seg_start``; with half-precision states the
-segments store ``h`` for step 3.
+segments store ``h`` for step 3.  A call no gradient follows
+(``OpPlans.inference``) keeps nothing for a backward: its output pass
+carries the segments itself (no carry launch, no ``seg_start``), its pass
+from zero skips each sequence's last segment, and both form ``g``'s
+in-chunk cumsum themselves (no step 1).
 
 Backward (from ``do`` and the final state's cotangent ``dht``):
 
@@ -418,7 +422,8 @@ def _make_plans(
     # itself (G_RAW), and no cumsum launch writes gc (H100, chunk g
     # forward B1 T32k 0.389 -> 0.366 ms, in 16 documents 0.473 -> 0.435).
     raw_g = use_g and forward_only and bool(S) and fusable
-    forward += [] if raw_g else cumsum
+    if not raw_g:
+        forward += cumsum
     if S:
         NG = NS // S + N if a.packed else cdiv(NT, S)
         seg_shape, seg_rows = (B * NG, H, K, V), (B * NG, H)

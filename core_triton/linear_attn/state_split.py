@@ -72,14 +72,14 @@ MIN_SEGMENT_CHUNKS = 32
 # there it cost more than the forward saved (B4 T4k forward+backward 1.445
 # whole, 1.646 split in 32).
 FORWARD_ONLY_SEGMENTS = (64, 32, 16)
-# Longer segments for that forward at one sequence where they still give
-# its output pass a wave of programs (two an SM hold, within 5%), since each program carries
-# the state over every segment of its sequence before its own (CARRY: a
-# loop of dependent loads that grows with the segment count).  H100, bf16,
-# H16, K = V = 128, forward ms (segments of 64 -> these): see
-# docs/benchmarks.md, "Twenty-ninth session".
-# Measured at K = 128, where the output pass holds two programs an SM; a
-# smaller state holds more, and the rule would leave SMs idle.
+# Longer segments for that forward at one sequence, where they still give
+# its output pass a wave of programs (within 5%): each program carries the
+# state over every segment of its sequence before its own (CARRY: a loop
+# of dependent loads that grows with the segment count).  Measured at
+# K = 128 (H100, bf16, H16, forward ms, segments of 64 -> these:
+# docs/benchmarks.md, "Twenty-ninth session"), where the output pass holds
+# two programs an SM; a smaller state holds more, and the rule would leave
+# SMs idle.
 LONG_SEGMENTS = (256, 128)
 LONG_SEGMENTS_MIN_K = 128
 OUTPUT_PROGRAMS_PER_SM = 2
