@@ -21,6 +21,11 @@ def _info(shape, dtype="bfloat16"):
     return TensorInfo(tuple(shape), dtype, contiguous_strides(shape))
 
 
+def _segment_lengths(launches):
+    """S of each pass from zero (its last parameter) among ``launches``."""
+    return [s.params[-1] for s in launches if s.kernel is chunk_fwd_state_segment_kernel]
+
+
 def test_batch_one_splits_and_fuller_grids_do_not():
     # H16, K = V = 128 in 64 x 64 tiles: 4 tiles a head.
     assert segment_chunks(1, 16, 4, 512, H100) == 32  # B1 T32k: 16 segments
@@ -75,20 +80,20 @@ def test_long_segments_in_the_forward_alone(monkeypatch):
             q = _info((1, T, 16, 128))
             for gates in ((_info((1, T, 16), "float32"), None), (None, _info((16,), "float32"))):
                 p = chunk.plans(q, q, q, *gates)
-                seg = [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel]
+                seg = _segment_lengths(p.inference)
                 assert seg == [S], (T, gates[0] is None)
-                trained = [s.params[-1] for s in p.forward if s.kernel is chunk_fwd_state_segment_kernel]
+                trained = _segment_lengths(p.forward)
                 if S != 64:
                     assert trained and S not in trained, (T, trained)
         # K = V = 64: the output pass holds more programs an SM than the
         # rule's two, so the forward alone keeps segments of 64.
         q = _info((1, 131072, 16, 64))
         p = chunk.plans(q, q, q, _info((1, 131072, 16), "float32"))
-        assert [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel] == [64]
+        assert _segment_lengths(p.inference) == [64]
         # Batch 2 of T64k (not measured): segments of 64, as before.
         q = _info((2, 65536, 16, 128))
         p = chunk.plans(q, q, q, _info((2, 65536, 16), "float32"))
-        assert [s.params[-1] for s in p.inference if s.kernel is chunk_fwd_state_segment_kernel] == [64]
+        assert _segment_lengths(p.inference) == [64]
     finally:
         chunk._make_plans.cache_clear()
 

@@ -99,6 +99,14 @@ def launched_kernels(fw):
         runner.launch = launch
 
 
+def inference_segments(plans) -> list:
+    """S of the forward-alone pass from zero of ``plans`` (its last
+    parameter), one entry per such launch."""
+    from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
+
+    return [p.params[-1] for p in plans.inference if p.kernel is chunk_fwd_state_segment_kernel]
+
+
 def is_split(plans, fused_output=True) -> bool:
     """Whether ``plans`` (an OpPlans) run the split state passes, forward
     and backward, with the forward's output from the segments' start
@@ -358,7 +366,6 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         # chunks (any program count makes a wave, any K qualifies), against
         # 1 from FORWARD_ONLY_SEGMENTS.
         from core_triton.linear_attn import state_split
-        from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
 
         monkeypatch.setattr(state_split, "LONG_SEGMENTS", (2,))
         monkeypatch.setattr(state_split, "WAVE_FILL", 0.0)
@@ -367,8 +374,7 @@ class ChunkLinearAttnSuite(KernelLevelCases):
         x, cu, cots = make_case(self.fw, gates=("g",), packed=packed, h0=True, seed=23, **shapes)
         with forward_only_segments(self.fw, (1,)):
             plans = chunk_plans(x, cu, reverse)
-            segs = [p.params[-1] for p in plans.inference if p.kernel is chunk_fwd_state_segment_kernel]
-            assert segs == [2]
+            assert inference_segments(plans) == [2]
             check_case(self.fw, self._fn(reverse=reverse), x, cu, cots, grads=False, reverse=reverse)
 
     # ---- bad input -------------------------------------------------------
@@ -554,7 +560,6 @@ class ChunkLinearAttnGpuSuite:
         # any program count is made to fill a wave.
         self._skip_unless_gpu()
         from core_triton.linear_attn import chunk, state_split
-        from core_triton.linear_attn.chunk_fwd_state import chunk_fwd_state_segment_kernel
 
         monkeypatch.setattr(state_split, "LONG_SEGMENTS", (128,))
         monkeypatch.setattr(state_split, "WAVE_FILL", 0.0)
@@ -564,8 +569,7 @@ class ChunkLinearAttnGpuSuite:
             shapes = dict(B=1, T=16384, HQ=2, H=2, K=128, V=128, cu=None)
             x, cu, cots = make_case(self.fw, gates=gates, packed=False, h0=True, seed=29, **shapes)
             plans = chunk_plans(x, cu, False, chunk_size=64, dtype="bfloat16")
-            segs = [p.params[-1] for p in plans.inference if p.kernel is chunk_fwd_state_segment_kernel]
-            assert segs == [128]
+            assert inference_segments(plans) == [128]
             check_case(self.fw, self._fn(False), x, cu, cots, dtype="bfloat16", grads=False)
         finally:
             chunk._make_plans.cache_clear()
