@@ -88,6 +88,17 @@ def set_ws_forward(mode: str, configs: dict | None = None) -> None:
     _replan(flash_tma_plans.WS_CONFIGS, configs)
 
 
+def set_dkdv_splits(splits: int | None) -> None:
+    """How many programs share a key block's query-head group in the dK/dV
+    kernel: None, the plan's rule (flash_configs.dkdv_splits); an int, that
+    many wherever it divides the group (else 1).  Plans made before are
+    dropped."""
+    if splits is not None and (not isinstance(splits, int) or splits < 1):
+        raise ValueError(f"splits must be None or a positive int, got {splits!r}")
+    flash_configs.DKDV_SPLITS = splits
+    _replan({}, None)
+
+
 # Counts replans: a binding that keeps plans per call signature (the torch
 # binding's eager memo) drops them when this changes.
 GENERATION = 0

@@ -16,7 +16,11 @@ and ``delta`` come in from outside, a ring passes the *global* ones and each
 * ``flash_bwd_dkdv_kernel``: one program owns ``BN`` keys of one (batch,
   key head) and walks the query blocks that can see them, for every query
   head of its group (grouped-query dK/dV are summed in registers).  Grid
-  ``(cdiv(Tk, BN), B*H)``.
+  ``(cdiv(Tk, BN), B*H*splits)``.  With few such programs (one sequence,
+  few key heads) the group's query heads are split among ``splits``
+  programs per key block, each writing float32 partial sums ``[splits, B,
+  Tk, H, D]``, and ``flash_bwd_split_sum_kernel`` adds them up in a fixed
+  order.
 * ``flash_bwd_dq_kernel``: one program owns ``BM`` queries of one (batch,
   query head) and walks the key blocks, as the forward does.  Grid
   ``(cdiv(Tq, BM), B*HQ)``.
@@ -192,7 +196,7 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     return dk, dv
 
 
-@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "splits"))
 def flash_bwd_dkdv_kernel(
     Q,
     K,
@@ -219,6 +223,7 @@ def flash_bwd_dkdv_kernel(
     k_chunk,
     group,
     H,
+    splits,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -288,11 +293,17 @@ def flash_bwd_dkdv_kernel(
     stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
     stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
     pid_n = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # Axis 1: (batch, key head, split): split ``s`` of ``splits`` takes its
+    # share of the group's query heads and writes its own float32 partial
+    # sums (flash_bwd_split_sum_kernel adds them); one split writes dK/dV.
+    pid_bhs = tl.program_id(1)
+    split = pid_bhs % splits
+    pid_bh = pid_bhs // splits
     b = pid_bh // H
     h = pid_bh % H
     b64 = b.to(tl.int64)
     HQ = H * group
+    per_split = group // splits
 
     offs_n = pid_n * BN + tl.arange(0, BN)
     kvalid = offs_n < Tk
@@ -343,7 +354,7 @@ def flash_bwd_dkdv_kernel(
     strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
     scaling = (scale, qk_scale, cap)
     window = (left, right)
-    for g in range(0, group):
+    for g in range(split * per_split, split * per_split + per_split):
         hq = (h * group + g).to(tl.int64)
         Q_bh = Q + b64 * stride_qb + hq * stride_qh
         DO_bh = DO + b64 * stride_dob + hq * stride_doh
@@ -368,7 +379,9 @@ def flash_bwd_dkdv_kernel(
                 )  # fmt: skip
 
     dk = dk * scale
-    out_rows = (b64 * Tk + offs_n) * H + h
+    # Outputs [splits, B, Tk, H, D]; B from the grid (axis 1 is B * H * splits).
+    batches = tl.num_programs(1) // (H * splits)
+    out_rows = ((split.to(tl.int64) * batches + b64) * Tk + offs_n) * H + h
     store_tile(
         DK_OUT + out_rows[:, None] * D + offs_d[None, :],
         dk.to(DK_OUT.dtype.element_ty),
@@ -385,6 +398,32 @@ def flash_bwd_dkdv_kernel(
         True,
         DV != BDV,
     )
+
+
+@jit(sizes=("n_k", "n_v", "splits"))
+def flash_bwd_split_sum_kernel(DK_PART, DV_PART, n_k, n_v, splits, DK_OUT, DV_OUT, BLOCK: tl.constexpr):
+    """dK ``[B, Tk, H, D]`` and dV ``[B, Tk, H, DV]`` (``n_k`` and ``n_v``
+    elements, the gradients' dtype) as the sums of the dK/dV kernel's
+    float32 partials ``[splits, B, Tk, H, D]`` / ``[..., DV]``, added in
+    split order (the same bits every run).  Grid ``(cdiv(max(n_k, n_v),
+    BLOCK), 2)``: axis 1 picks dK or dV."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if tl.program_id(1) == 0:
+        _split_sum(DK_PART, DK_OUT, offs, n_k, splits)
+    else:
+        _split_sum(DV_PART, DV_OUT, offs, n_v, splits)
+
+
+@triton.jit
+def _split_sum(PART, OUT, offs, n, splits):
+    valid = offs < n
+    acc = tl.load(PART + offs, mask=valid, other=0.0)
+    part = PART + offs
+    for _ in range(1, splits):
+        # One split's n elements on: a pointer step, never an int32 product.
+        part += n
+        acc += tl.load(part, mask=valid, other=0.0)
+    tl.store(OUT + offs, acc.to(OUT.dtype.element_ty), mask=valid)
 
 
 @triton.jit

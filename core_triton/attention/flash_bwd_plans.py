@@ -5,8 +5,10 @@ plan worked out (:class:`GradShared`).
 * ``preprocess(o, do)``: ``flash_bwd_preprocess_kernel`` -> ``delta [B,
   HQ, Tq]`` float32 (the rows' ``sum(o * do)``);
 * ``grads(do)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a program per
-  key block) and ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), each
-  a tuple of launches (a gated pair with segment ranges, flash.gated_pair);
+  key block, or per key block and share of the query-head group, then
+  ``flash_bwd_split_sum_kernel`` adding the shares' float32 partials) and
+  ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), each a tuple of
+  launches (a gated pair with segment ranges, flash.gated_pair);
 * ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
   shape and dtype, None without a bias.
 """
@@ -20,11 +22,15 @@ from dataclasses import dataclass
 from core_triton.attention.flash_bwd import (
     flash_bwd_dbias_kernel,
     flash_bwd_preprocess_kernel,
+    flash_bwd_split_sum_kernel,
 )
-from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, bh_strides, div16_bits
+from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, bh_strides, div16_bits, dkdv_splits
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import interpreter_requested
+from core_triton.common.runtime import interpreter_requested, multiprocessor_count
 from core_triton.common.utils import cdiv, next_power_of_2
+
+# Elements a program of the split sum adds (flash_bwd_split_sum_kernel).
+_SUM_BLOCK = 1024
 
 # Constexprs of the bias-gradient kernel (it always reads a bias).
 _DBIAS_CONSTS = (
@@ -100,17 +106,42 @@ def backward_plans(shared: GradShared):
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
         consts = dict(common, DIV16=div16_bits((*rows, *bh_strides(q, k, v, do))))
-        kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H)
+        chosen = config("dkdv", DKDV_CONFIGS)
+        # The split is fixed before an autotuned tile is known: 64 keys a block.
+        bn = 64 if chosen is None else chosen[1]
+        splits = dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
+        kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
+        if splits == 1:
+            outputs = (OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt))
+            names = ("dk", "dv")
+        else:
+            outputs = tuple(OutputSpec((splits, B, Tk, H, d), "float32") for d in (D, DV))
+            names = ("dk_part", "dv_part")
         dkdv = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*grad_params, H, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
-            outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
-            output_names=("dk", "dv"),
+            params=(*grad_params, H, splits, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
+            outputs=outputs,
+            output_names=names,
             constexprs=dict(consts, **block),
             num_warps=w,
             num_stages=s,
         )
+        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv)
+        if splits > 1:
+            n_k, n_v = B * Tk * H * D, B * Tk * H * DV
+            dkdv_steps += (
+                LaunchPlan(
+                    kernel=flash_bwd_split_sum_kernel,
+                    grid=(cdiv(max(n_k, n_v), _SUM_BLOCK), 2),
+                    params=(In("dk_part"), In("dv_part"), n_k, n_v, splits),
+                    outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
+                    output_names=("dk", "dv"),
+                    constexprs=dict(BLOCK=_SUM_BLOCK),
+                    num_warps=4,
+                    num_stages=1,
+                ),
+            )
         kernel, grid, block, w, s = kernel_and_grid(("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
         dq = LaunchPlan(
             kernel=kernel,
@@ -122,9 +153,7 @@ def backward_plans(shared: GradShared):
             num_warps=w,
             num_stages=s,
         )
-        if shared.gate is not None:
-            return shared.gate(dkdv), shared.gate(dq)
-        return (dkdv,), (dq,)
+        return dkdv_steps, ((dq,) if shared.gate is None else shared.gate(dq))
 
     @functools.lru_cache(maxsize=8)
     def dbias(do: TensorInfo) -> LaunchPlan | None:

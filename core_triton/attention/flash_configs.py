@@ -86,6 +86,42 @@ def measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
     return (64, 128, 8, 2) if causal and Tq >= 4096 else (32, 64, 4, 3)
 
 
+# dK/dV's programs: one per (key block, batch, key head), each walking every
+# query head of its group.  One sequence with few key heads (a Llama-shaped
+# B1 T4k, 32 query heads on 4) gives a few hundred programs of very unequal
+# work (causal: the first key block sees every query), 2 an SM in one wave,
+# and the SM that drew the longest pair sets the time.  Below
+# DKDV_SPLIT_BELOW programs an SM the group is split among enough programs
+# per key block to make DKDV_PROGRAMS_PER_SM (flash_bwd_dkdv_kernel's
+# ``splits``), whose float32 partials one more launch adds up.  Measured
+# (H200, bf16, B1, 32 on 4 heads, causal, forward+backward ms for splits
+# 1 / 2 / 4 / 8, ``python -m bench.probes.dkdv_splits``): T4k D64 1.159 /
+# 1.027 / 0.942 / 0.904; T16k D64 11.55 / 11.63 / 11.40 / 11.35; T4k D128
+# 2.032 / 1.831 / 1.671 / 1.620.  Unsplit those are 256, 1024 and 128
+# programs, all below 8 an SM; 32 an SM takes 8 at all three.  Fuller grids
+# (several sequences, more key heads) were not measured and keep one
+# program a key block.  DKDV_SPLITS: a fixed split (a divisor of every
+# group it meets) instead, for tests and probes; None: the rule.
+DKDV_SPLIT_BELOW = 8
+DKDV_PROGRAMS_PER_SM = 32
+DKDV_SPLITS: int | None = None
+
+
+def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
+    """How many programs share one key block's query heads: 1 where
+    ``key_blocks * programs`` is at least ``DKDV_SPLIT_BELOW`` an SM of
+    ``sms``; else the smallest divisor of ``group`` that makes it
+    ``DKDV_PROGRAMS_PER_SM`` an SM (``group`` itself when none does)."""
+    if DKDV_SPLITS is not None:
+        return DKDV_SPLITS if group % DKDV_SPLITS == 0 else 1
+    if key_blocks * programs >= DKDV_SPLIT_BELOW * sms:
+        return 1
+    for splits in range(1, group + 1):
+        if group % splits == 0 and key_blocks * programs * splits >= DKDV_PROGRAMS_PER_SM * sms:
+            return splits
+    return group
+
+
 def _configs(table):
     return [triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in table]
 
@@ -97,7 +133,9 @@ def tuned_kernel(kind: str, dim_class: int):
         "dkdv": (flash_bwd_dkdv_kernel, DKDV_CONFIGS),
         "dq": (flash_bwd_dq_kernel, DQ_CONFIGS),
     }[kind]
-    return autotune(configs=_configs(table[dim_class]), key=_KEY)(kernel)
+    # dK/dV: the split (its programs' count and length) is in the key too.
+    key = _KEY + (["splits"] if kind == "dkdv" else [])
+    return autotune(configs=_configs(table[dim_class]), key=key)(kernel)
 
 
 def dim_class(bd: int) -> int:

@@ -168,8 +168,11 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
         pairs = {"fwd": (plain.forward, by_ids.forward)}
         pairs.update(zip(("dkdv", "dq"), zip(plain.grads(q), by_ids.grads(q), strict=True), strict=True))
         for kind, (alone, pair) in pairs.items():
-            (p,) = alone
-            whole, rest = pair
+            # dK/dV's split sum (B1 with 2 key heads splits its group)
+            # follows both, the same launch.
+            p, *after = alone
+            whole, rest, *after_pair = pair
+            assert after == after_pair and len(after) == (kind == "dkdv"), kind
             assert whole.kernel is p.kernel and (callable(p.grid) or whole.grid == p.grid), kind
             assert {**whole.constexprs, "GATE": 0} == p.constexprs and whole.constexprs["GATE"] == 1, kind
             assert (whole.num_warps, whole.num_stages) == (p.num_warps, p.num_stages), kind
@@ -272,3 +275,19 @@ def test_delta_rule_scores_in_float16_only_for_normalised_half_inputs(dtype, l2,
     intra = _launch(plans.forward, "delta_chunk_intra_kernel")
     aqk = dict(zip(intra.output_names, intra.outputs, strict=True))["aqk"]
     assert aqk.dtype == ("float16" if l2 and dtype != "float32" else "float32")
+
+
+def test_dkdv_group_split_rule():
+    """dK/dV's query-head group is split only where one program a key block
+    leaves fewer than DKDV_SPLIT_BELOW programs an SM, and then into the
+    fewest shares that make DKDV_PROGRAMS_PER_SM (the H100's 132 SMs)."""
+    rule = flash_configs.dkdv_splits
+    # B1, 4 key heads, 8 query heads each: T4k at 64 keys a block, T16k, and
+    # T4k at 128 keys a block (head dim 128's causal dK/dV tile): 8 shares.
+    assert [rule(kb, 4, 8, 132) for kb in (64, 256, 32)] == [8, 8, 8]
+    assert rule(64, 4, 4, 132) == 4  # the whole group when no share is enough
+    assert rule(512, 4, 8, 132) == 1  # T32k: 2048 programs already
+    assert rule(64, 8 * 8, 4, 132) == 1  # B8 with 8 key heads
+    assert rule(64, 4, 1, 132) == 1  # no group to split
+    assert rule(400, 2, 6, 132) == 6 and rule(528, 2, 6, 132) == 1  # 1056 programs: 8 an SM
+    assert rule(400, 2, 16, 132) == 8 and rule(100, 2, 16, 132) == 16

@@ -56,6 +56,22 @@ def ws_forward_on(fw, configs: dict | None = None):
         fw.clear_caches()
 
 
+@contextlib.contextmanager
+def dkdv_splits_set(fw, splits: int | None):
+    """The dK/dV kernel's group split fixed at ``splits`` (None: the plan's
+    rule), then as it was; the binding's traced calls are dropped both ways."""
+    from core_triton.attention import flash, flash_configs
+
+    before = flash_configs.DKDV_SPLITS
+    flash.set_dkdv_splits(splits)
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        flash.set_dkdv_splits(before)
+        fw.clear_caches()
+
+
 def spy_launches(fw, monkeypatch) -> list:
     """Record every plan the binding's flash_attention launches (its modules,
     and the sinks' gradient in the module it shares with ring_attention)."""
@@ -389,6 +405,27 @@ class FlashAttentionSuite(KernelLevelCases):
         assert all("dbias" not in plan.output_names for plan in plans)
         assert any("dq" in plan.output_names for plan in plans), "the spy saw no backward"
 
+    @pytest.mark.parametrize("splits", [1, 2, 3, 6])
+    def test_dkdv_splits(self, splits, monkeypatch):
+        # The dK/dV kernel's query-head group of 6 shared by 1, 2, 3 or 6
+        # programs a key block (float32 partials, then their sum), with what
+        # changes its loops (causal window, soft cap, segment ids and their
+        # gated pair, sinks, a bias gradient), in both batches, against the
+        # float64 reference; the sum is launched exactly when it splits.
+        from core_triton.attention.flash_bwd import flash_bwd_split_sum_kernel
+
+        shape = {"B": 2, "Tq": 70, "Tk": 70, "HQ": 12, "H": 2, "D": 16}
+        case = make_case(np.random.default_rng(31), **shape, sink="1d", bias="BH", seg="q")
+        options = {"causal": True, "sliding_window": (30, 5), "logits_soft_cap": 2.0}
+        with dkdv_splits_set(self.fw, splits):
+            plans = spy_launches(self.fw, monkeypatch)
+            self._check(case, options)
+        sums = [p for p in plans if getattr(p.kernel, "fn", p.kernel) is flash_bwd_split_sum_kernel.fn]
+        dkdv = [p for p in plans if "dk_part" in p.output_names or "dk" in p.output_names and p not in sums]
+        assert dkdv, "the spy saw no dK/dV launch"
+        assert [p.params[4] for p in sums] == ([splits] if splits > 1 else [])
+        assert all(p.grid[1] == 2 * 2 * splits for p in dkdv if not callable(p.grid))
+
     @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
     @pytest.mark.parametrize("causal", [False, True])
     @pytest.mark.parametrize("case", sorted(GPU_CASES))
@@ -405,6 +442,17 @@ class FlashAttentionSuite(KernelLevelCases):
             pytest.skip(f"{case}: run for causal={only[0]}, {only[1]} only")
         c = make_case(np.random.default_rng(16), Tq=T, Tk=T, HQ=4, H=2, D=D, bias=bias)
         self._check(c, {"causal": causal}, dtype=dtype)
+
+    @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+    def test_gpu_grouped_heads_split(self, dtype):
+        # A Llama-like group of 8 query heads on one key head at head dim 64
+        # and 2048 tokens: the configs a GPU autotunes there, and the dK/dV
+        # kernel's group split among 8 programs a key block (the plan's rule
+        # at one sequence), against the float64 reference.
+        if interpreter_requested():
+            pytest.skip("GPU-only sizes (the interpreter runs its own small blocks)")
+        c = make_case(np.random.default_rng(17), Tq=2048, Tk=2048, HQ=16, H=2, D=64)
+        self._check(c, {"causal": True}, dtype=dtype)
 
     @pytest.mark.parametrize("case", sorted(WS_CASES))
     def test_ws_forward(self, case, monkeypatch):
