@@ -81,13 +81,17 @@ def main(argv):
     for D, T in shapes:
         for splits in (None, 1, 2, 4, 8):
             core.set_dkdv_splits(splits)
-            flash_configs.tuned_kernel("dkdv", flash_configs.dim_class(D)).cache.clear()
+            flash_configs.tuned_kernel(
+                "dkdv", flash_configs.dim_class(D), flash_configs.length_class(T)
+            ).cache.clear()
             fwd_bwd, bwd, leaves, do = _case(torch, torch_api, D, T)
             fwd_bwd()
             torch.cuda.synchronize()
             label = "rule" if splits is None else f"splits {splits}"
             print(f"D={D} T{T} {label} dkdv configs:", flush=True)
-            tuned = flash_configs.tuned_kernel("dkdv", flash_configs.dim_class(D))
+            tuned = flash_configs.tuned_kernel(
+                "dkdv", flash_configs.dim_class(D), flash_configs.length_class(T)
+            )
             print("\n".join(_timings(tuned)), flush=True)
             t_all = triton.testing.do_bench(fwd_bwd, warmup=50, rep=300)
             t_bwd = triton.testing.do_bench(bwd, warmup=50, rep=300)

@@ -48,17 +48,20 @@ def main(argv):
             flash_configs.MEASURED, core.measured_choice = False, measured_choice
             core.attention_plans.cache_clear()
             for kind in ("fwd", "dkdv", "dq"):
-                flash_configs.tuned_kernel(kind, 128).cache.clear()
+                flash_configs.tuned_kernel(kind, 128, flash_configs.length_class(T)).cache.clear()
             for mode in ("fwd", "fwd+bwd"):
                 for name in ("twinkernels torch", "twinkernels jax"):
                     took = _time(name, T, causal, mode, mods)
                     print(f"T={T} causal={causal} autotuned {name} {mode}: {took}", flush=True)
             picks = {}
             for kind in ("fwd", "dkdv", "dq"):
-                best = flash_configs.tuned_kernel(kind, 128).best_config
+                best = flash_configs.tuned_kernel(kind, 128, flash_configs.length_class(T)).best_config
                 picks[kind] = (best.kwargs["BM"], best.kwargs["BN"], best.num_warps, best.num_stages)
                 print(f"T={T} causal={causal} torch autotuner, {kind}: picked {picks[kind]}", flush=True)
-                print("\n".join(_timings(flash_configs.tuned_kernel(kind, 128))), flush=True)
+                print(
+                    "\n".join(_timings(flash_configs.tuned_kernel(kind, 128, flash_configs.length_class(T)))),
+                    flush=True,
+                )
             # Both bindings on torch's picks, no autotuning.
             core.measured_choice = lambda kind, *_, picks=picks: picks[kind]
             core.attention_plans.cache_clear()

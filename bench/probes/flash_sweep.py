@@ -31,7 +31,7 @@ def main(argv):
             for causal in (False, True):
                 core.attention_plans.cache_clear()
                 for kind in ("fwd", "dkdv", "dq"):
-                    flash_configs.tuned_kernel(kind, dim_class).cache.clear()
+                    flash_configs.tuned_kernel(kind, dim_class, flash_configs.length_class(T)).cache.clear()
                 g = torch.Generator(device="cuda").manual_seed(0)
                 dt = getattr(torch, dtype)
                 q, k, v, do = (
@@ -47,7 +47,14 @@ def main(argv):
                     continue
                 for kind in ("fwd", "dkdv", "dq"):
                     print(f"D={D} {dtype} B{B} H{H} T{T} causal={causal} {kind}:", flush=True)
-                    print("\n".join(_timings(flash_configs.tuned_kernel(kind, dim_class))), flush=True)
+                    print(
+                        "\n".join(
+                            _timings(
+                                flash_configs.tuned_kernel(kind, dim_class, flash_configs.length_class(T))
+                            )
+                        ),
+                        flush=True,
+                    )
                 del q, k, v, do, leaves
                 torch.cuda.empty_cache()
     finally:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import sys
 
-import triton
-
 from bench.probes.flash_configs import _timings
 
 
@@ -22,7 +20,7 @@ def _sweep(torch, torch_api, core, flash_configs, D, T, names, label=""):
     for name in names:
         core._replan({}, None)  # new plan objects: no launch replays the old kernels
         for kind in ("fwd", "dkdv", "dq"):
-            flash_configs.tuned_kernel(kind, dim_class).cache.clear()
+            flash_configs.tuned_kernel(kind, dim_class, flash_configs.length_class(T)).cache.clear()
         g = torch.Generator(device="cuda").manual_seed(0)
         q, k, v = (
             torch.randn(1, T, h, D, device="cuda", dtype=torch.bfloat16, generator=g) for h in (32, 4, 4)
@@ -35,7 +33,12 @@ def _sweep(torch, torch_api, core, flash_configs, D, T, names, label=""):
         torch.cuda.synchronize()
         for kind in ("fwd", "dkdv", "dq"):
             print(f"D={D} T{T} {name}{label} {kind}:", flush=True)
-            print("\n".join(_timings(flash_configs.tuned_kernel(kind, dim_class))), flush=True)
+            print(
+                "\n".join(
+                    _timings(flash_configs.tuned_kernel(kind, dim_class, flash_configs.length_class(T)))
+                ),
+                flush=True,
+            )
 
 
 def main(argv):
@@ -53,9 +56,11 @@ def main(argv):
     cap = int(os.environ.get("MAXNREG", "0"))
     if cap:
         for kind in ("fwd", "dq"):
-            for c in flash_configs.tuned_kernel(kind, flash_configs.dim_class(D)).configs:
-                c.maxnreg = cap
-        assert all(isinstance(c, triton.Config) for c in flash_configs.tuned_kernel("fwd", 64).configs)
+            for T in lengths:
+                for c in flash_configs.tuned_kernel(
+                    kind, flash_configs.dim_class(D), flash_configs.length_class(T)
+                ).configs:
+                    c.maxnreg = cap
         for T in lengths:
             _sweep(torch, torch_api, core, flash_configs, D, T, ("one segment",), f" maxnreg {cap}")
 

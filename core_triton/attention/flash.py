@@ -58,6 +58,7 @@ from core_triton.attention.flash_configs import (
     FWD_CONFIGS,
     bh_strides,
     div16_bits,
+    length_class,
     measured_choice,
     tuned_kernel,
 )
@@ -273,7 +274,7 @@ def attention_plans(
         chosen = config(kind[0], table)
         if chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
-            return tuned_kernel(kind[0], dim_class), grid, {}, None, None
+            return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None
         bm, bn, w, s = chosen
         block = {"BM": bm, "BN": bn}
         kernel = {"fwd": flash_fwd_kernel, "dkdv": flash_bwd_dkdv_kernel, "dq": flash_bwd_dq_kernel}[kind[0]]

@@ -291,3 +291,25 @@ def test_dkdv_group_split_rule():
     assert rule(64, 4, 1, 132) == 1  # no group to split
     assert rule(400, 2, 6, 132) == 6 and rule(528, 2, 6, 132) == 1  # 1056 programs: 8 an SM
     assert rule(400, 2, 16, 132) == 8 and rule(100, 2, 16, 132) == 16
+
+
+def test_autotuning_is_kept_per_length_class():
+    """An autotuned flash kernel keeps its pick per length class (the longer
+    side rounded up to a power of two, 1k to 64k): lengths of one class
+    share the autotuner, another class gets its own, and every class runs
+    the same kernel (so no recompile)."""
+    assert [flash_configs.length_class(n) for n in (1, 1024, 1025, 4096, 5000, 10**6)] == [
+        1024, 1024, 2048, 4096, 8192, 65536,
+    ]  # fmt: skip
+
+    def kernels(Tq, Tk):
+        q, kv = _info((1, Tq, 4, 64), "bfloat16"), _info((1, Tk, 2, 64), "bfloat16")
+        p, _ = flash.plans(q, kv, kv, causal=True)
+        (fwd,) = p.forward
+        (dkdv, *_), (dq,) = p.grads(q)
+        return fwd.kernel, dkdv.kernel, dq.kernel
+
+    short, same, longer, cross = kernels(3000, 3000), kernels(4096, 2000), kernels(8000, 8000), kernels(1, 5000)
+    assert all(callable(getattr(k, "run", None)) and hasattr(k, "configs") for k in short), "not autotuned"
+    assert short == same and cross == longer
+    assert all(a is not b and a.fn is b.fn for a, b in zip(short, longer, strict=True))
