@@ -295,7 +295,8 @@ def flash_bwd_dkdv_kernel(
     pid_n = tl.program_id(0)
     # Axis 1: (batch, key head, split): split ``s`` of ``splits`` takes its
     # share of the group's query heads and writes its own float32 partial
-    # sums (flash_bwd_split_sum_kernel adds them); one split writes dK/dV.
+    # sums (flash_bwd_split_sum_kernel adds them); with ``splits == 1`` the
+    # outputs are dK/dV themselves, in the gradients' dtype.
     pid_bhs = tl.program_id(1)
     split = pid_bhs % splits
     pid_bh = pid_bhs // splits
