@@ -101,7 +101,7 @@ def measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
 # 2.032 / 1.831 / 1.671 / 1.620.  Unsplit those are 256, 1024 and 128
 # programs, all below 8 an SM; 32 an SM takes 8 at all three.  The
 # partials' memory is at most a float32 [B, Tk, HQ, D + DV] (what
-# FlashAttention-2 allocates for grouped heads, in bf16): 134 MB at B1 T16k
+# FlashAttention-2 allocates for grouped heads, in bf16): 268 MB at B1 T16k
 # D64, 32 on 4 heads.  Fuller grids (several sequences, more key heads) were
 # not measured and keep one program a key block.  DKDV_SPLITS: a fixed split (a divisor of every
 # group it meets) instead, for tests and probes; None: the rule.
