@@ -12,8 +12,9 @@ core_triton.attention.packed writes the same format):
   this token's segment, and none outside it does.  That holds when the other
   side's ids of this batch row never decrease along the sequence (packed
   documents, padding at either end): the range is then found by two binary
-  searches.  An empty range (``lo == hi``) is a segment the other side does
-  not have.
+  searches, or, for a program whose tokens share one id, by counting the
+  other side's ids below it and up to it in the scan.  An empty range
+  (``lo == hi``) is a segment the other side does not have.
 * **a bound only** (``lo`` stored as ``-1 - lo``): every token of the segment
   lies in ``[lo, hi)``, others may too.  Where the other side's row is
   unsorted, the tokens of one program (``_BLOCK`` consecutive ones) share
@@ -110,6 +111,11 @@ def _side_ranges(
     descents = 0
     first_hit = T_other
     last_hit = -1
+    # Tokens of the other row below smin and up to smax: where this block
+    # holds one id (smin == smax) and the row is sorted, its range in
+    # searchsorted's terms, with no search.
+    n_below = 0
+    n_upto = 0
     for c in range(0, T_other, SCAN):
         j = c + tl.arange(0, SCAN)
         inside = j < T_other
@@ -120,7 +126,17 @@ def _side_ranges(
         hit = inside & (x >= smin) & (x <= smax)
         first_hit = tl.minimum(first_hit, tl.min(tl.where(hit, j, T_other), 0))
         last_hit = tl.maximum(last_hit, tl.max(tl.where(hit, j, -1), 0))
-    first, last = _bounds(OTHER, s, valid, T_other, n_iter, WAYS)
+        n_below += tl.sum((inside & (x < smin)).to(tl.int32), 0)
+        n_upto += tl.sum((inside & (x <= smax)).to(tl.int32), 0)
+    if smin == smax:
+        # One id in the block (one segment, or a document longer than the
+        # block: most blocks): its first index and one past its last, were
+        # the row sorted, are the counts (the search's dependent loads are
+        # most of a short call's time).
+        first = tl.zeros_like(s) + n_below
+        last = tl.zeros_like(s) + n_upto
+    else:
+        first, last = _bounds(OTHER, s, valid, T_other, n_iter, WAYS)
     sorted_ = descents == 0
     # A bound: [first_hit, last_hit + 1), or empty ([0, 0)) without a hit.
     b_lo = tl.where(last_hit >= 0, first_hit, 0)

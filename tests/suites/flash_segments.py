@@ -220,17 +220,22 @@ class FlashSegmentsSuite(KernelLevelCases):
                 k_range[b], ranges_ref(k_ids[b], q_ids[b]), f"kv_query_range, row {b}"
             )
 
-    @pytest.mark.parametrize("order", ["sorted", "unsorted"])
+    @pytest.mark.parametrize("order", ["sorted", "unsorted", "long_documents"])
     def test_ranges_long(self, order):
         """Rows of 5000 and 7000 ids (the search's several steps, several
         programs, the scan's two passes): 400 documents, sorted or
-        shuffled."""
+        shuffled; or a few long documents, so that most programs hold one
+        id (counted, not searched), with ids that only one side has (empty
+        ranges before, between and after the other side's)."""
         self._kernel_level(order == "unsorted")
         rng = np.random.default_rng(9)
         q_ids = sorted_ids(_fit(list(rng.integers(1, 40, 400)), 5000))[None]
         k_ids = sorted_ids(_fit(list(rng.integers(1, 50, 400)), 7000))[None]
         if order == "unsorted":
             k_ids = k_ids[:, rng.permutation(7000)]
+        if order == "long_documents":
+            q_ids = np.repeat(np.array([0, 2, 3, 7, 9], np.int32), [1000, 1300, 200, 1500, 1000])[None]
+            k_ids = np.repeat(np.array([-4, 2, 3, 5, 7], np.int32), [700, 2500, 129, 1671, 2000])[None]
         infos = [TensorInfo(a.shape, "int32", contiguous_strides(a.shape)) for a in (q_ids, k_ids)]
         plan = segment_ranges.range_plan(*infos, "q_segment_ids", "kv_segment_ids")
         fw = self.fw
