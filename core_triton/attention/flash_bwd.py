@@ -270,6 +270,7 @@ def flash_bwd_dkdv_kernel(
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
+    SPLIT: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
@@ -293,18 +294,25 @@ def flash_bwd_dkdv_kernel(
     stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
     stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
     pid_n = tl.program_id(0)
-    # Axis 1: (batch, key head, split): split ``s`` of ``splits`` takes its
-    # share of the group's query heads and writes its own float32 partial
-    # sums (flash_bwd_split_sum_kernel adds them); with ``splits == 1`` the
-    # outputs are dK/dV themselves, in the gradients' dtype.
-    pid_bhs = tl.program_id(1)
-    split = pid_bhs % splits
-    pid_bh = pid_bhs // splits
+    # SPLIT: axis 1 is (batch, key head, split), and split ``s`` of
+    # ``splits`` takes its share of the group's query heads and writes its
+    # own float32 partial sums (flash_bwd_split_sum_kernel adds them).
+    # Else the outputs are dK/dV themselves, in the gradients' dtype, and the
+    # kernel is compiled as if there were no split (sm_90, head dim 128, the
+    # split's indices kept live spilled 608 bytes against 296).
+    if SPLIT:
+        split = tl.program_id(1) % splits
+        pid_bh = tl.program_id(1) // splits
+        per_split = group // splits
+        g0 = split * per_split
+    else:
+        pid_bh = tl.program_id(1)
+        per_split = group
+        g0 = 0
     b = pid_bh // H
     h = pid_bh % H
     b64 = b.to(tl.int64)
     HQ = H * group
-    per_split = group // splits
 
     offs_n = pid_n * BN + tl.arange(0, BN)
     kvalid = offs_n < Tk
@@ -355,7 +363,7 @@ def flash_bwd_dkdv_kernel(
     strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
     scaling = (scale, qk_scale, cap)
     window = (left, right)
-    for g in range(split * per_split, split * per_split + per_split):
+    for g in range(g0, g0 + per_split):
         hq = (h * group + g).to(tl.int64)
         Q_bh = Q + b64 * stride_qb + hq * stride_qh
         DO_bh = DO + b64 * stride_dob + hq * stride_doh
@@ -380,9 +388,12 @@ def flash_bwd_dkdv_kernel(
                 )  # fmt: skip
 
     dk = dk * scale
-    # Outputs [splits, B, Tk, H, D]; B from the grid (axis 1 is B * H * splits).
-    batches = tl.num_programs(1) // (H * splits)
-    out_rows = ((split.to(tl.int64) * batches + b64) * Tk + offs_n) * H + h
+    if SPLIT:
+        # Outputs [splits, B, Tk, H, D]; B from the grid (axis 1: B * H * splits).
+        batches = tl.num_programs(1) // (H * splits)
+        out_rows = (((tl.program_id(1) % splits).to(tl.int64) * batches + b64) * Tk + offs_n) * H + h
+    else:
+        out_rows = (b64 * Tk + offs_n) * H + h
     store_tile(
         DK_OUT + out_rows[:, None] * D + offs_d[None, :],
         dk.to(DK_OUT.dtype.element_ty),

@@ -123,7 +123,8 @@ def backward_plans(shared: GradShared):
             params=(*grad_params, H, splits, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
             outputs=outputs,
             output_names=names,
-            constexprs=dict(consts, **block),
+            # Whether it splits, a plan choice of two values (as ROW64).
+            constexprs=dict(consts, SPLIT=splits > 1, **block),
             num_warps=w,
             num_stages=s,
         )

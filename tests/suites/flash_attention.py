@@ -425,6 +425,8 @@ class FlashAttentionSuite(KernelLevelCases):
         assert dkdv, "the spy saw no dK/dV launch"
         assert [p.params[4] for p in sums] == ([splits] if splits > 1 else [])
         assert all(p.grid[1] == 2 * 2 * splits for p in dkdv if not callable(p.grid))
+        # Unsplit, the kernel compiles as if there were no split (SPLIT).
+        assert all(p.constexprs["SPLIT"] == (splits > 1) for p in dkdv)
 
     @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
     @pytest.mark.parametrize("causal", [False, True])
