@@ -111,9 +111,9 @@ def backward_plans(shared: GradShared):
         bn = 64 if chosen is None else chosen[1]
         splits = dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
         kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
+        grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV
         if splits == 1:
-            outputs = (OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt))
-            names = ("dk", "dv")
+            outputs, names = grads_out, ("dk", "dv")
         else:
             outputs = tuple(OutputSpec((splits, B, Tk, H, d), "float32") for d in (D, DV))
             names = ("dk_part", "dv_part")
@@ -136,7 +136,7 @@ def backward_plans(shared: GradShared):
                     kernel=flash_bwd_split_sum_kernel,
                     grid=(cdiv(max(n_k, n_v), _SUM_BLOCK), 2),
                     params=(In("dk_part"), In("dv_part"), n_k, n_v, splits),
-                    outputs=(OutputSpec((B, Tk, H, D), gdt), OutputSpec((B, Tk, H, DV), gdt)),
+                    outputs=grads_out,
                     output_names=("dk", "dv"),
                     constexprs=dict(BLOCK=_SUM_BLOCK),
                     num_warps=4,
