@@ -456,6 +456,39 @@ class FlashAttentionSuite(KernelLevelCases):
         c = make_case(np.random.default_rng(17), Tq=2048, Tk=2048, HQ=16, H=2, D=64)
         self._check(c, {"causal": True}, dtype=dtype)
 
+    @pytest.mark.parametrize("causal", [False, True])
+    @pytest.mark.parametrize("index", range(6))
+    def test_gpu_every_tile_candidate(self, index, causal, monkeypatch):
+        # The autotuner times head dim 64's candidate tiles and never checks
+        # what they return: each candidate (index-th of each kernel's table,
+        # the last where a table is shorter) forced in turn, at a size with
+        # partial blocks and the dK/dV group split, against float64.
+        if interpreter_requested():
+            pytest.skip("GPU-only tiles (the interpreter runs its own small blocks)")
+        from core_triton.attention import flash, flash_configs
+        from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel
+
+        tables = {"fwd": flash_configs.FWD_CONFIGS, "dkdv": flash_configs.DKDV_CONFIGS}
+        tables["dq"] = flash_configs.DQ_CONFIGS
+
+        def forced(kind, *_):
+            table = tables[kind][64]
+            return table[min(index, len(table) - 1)]
+
+        monkeypatch.setattr(flash, "measured_choice", forced)
+        flash.attention_plans.cache_clear()
+        self.fw.clear_caches()
+        try:
+            plans = spy_launches(self.fw, monkeypatch)
+            c = make_case(np.random.default_rng(18), Tq=1000, Tk=1000, HQ=16, H=2, D=64)
+            self._check(c, {"causal": causal}, dtype="bfloat16")
+        finally:
+            flash.attention_plans.cache_clear()
+            self.fw.clear_caches()
+        dkdv = [p for p in plans if p.kernel is flash_bwd_dkdv_kernel]
+        want = forced("dkdv")
+        assert [(p.constexprs["BM"], p.constexprs["BN"], p.num_warps, p.num_stages) for p in dkdv] == [want]
+
     @pytest.mark.parametrize("case", sorted(WS_CASES))
     def test_ws_forward(self, case, monkeypatch):
         """The warp-specialised forward (flash_fwd_ws, the plan's pick on
