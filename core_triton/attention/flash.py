@@ -105,6 +105,12 @@ def set_dkdv_splits(splits: int | None) -> None:
 GENERATION = 0
 
 
+def replan() -> None:
+    """Drop every plan made so far, after a setting of this module or of
+    flash_configs changed (tests and probes that force tiles)."""
+    _replan({}, None)
+
+
 def _replan(table: dict, configs: dict | None) -> None:
     global GENERATION
     if configs is not None:

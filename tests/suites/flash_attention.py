@@ -476,14 +476,15 @@ class FlashAttentionSuite(KernelLevelCases):
             return table[min(index, len(table) - 1)]
 
         monkeypatch.setattr(flash, "measured_choice", forced)
-        flash.attention_plans.cache_clear()
+        flash.replan()
         self.fw.clear_caches()
         try:
             plans = spy_launches(self.fw, monkeypatch)
             c = make_case(np.random.default_rng(18), Tq=1000, Tk=1000, HQ=16, H=2, D=64)
             self._check(c, {"causal": causal}, dtype="bfloat16")
         finally:
-            flash.attention_plans.cache_clear()
+            monkeypatch.undo()
+            flash.replan()
             self.fw.clear_caches()
         dkdv = [p for p in plans if p.kernel is flash_bwd_dkdv_kernel]
         want = forced("dkdv")
