@@ -3,10 +3,14 @@ B1, T 4k and 16k, 32 query heads on 4 KV heads, D 64 and 128, bf16,
 causal; one segment, 4 and 64 documents (random lengths); forward and
 forward+backward; both bindings.  cuDNN (SDPA's cuDNN back end) runs the
 plain causal case for one segment, and the documents as a dense boolean
-mask ``[1, 1, T, T]`` where it accepts one.  ``python -m bench segments``.
+mask ``[1, 1, T, T]`` where it accepts one.  A group's implementations are
+timed in interleaved rounds, each keeping its median (``ROUNDS``).
+``python -m bench segments``.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import numpy as np
 
@@ -90,13 +94,54 @@ def _jax_fns(tensors, kind, lens):
     return (lambda: fwd(q, k, v, kw)), (lambda: vjp(q, k, v, do, kw)), jax.block_until_ready
 
 
+# Each group's implementations are timed in interleaved rounds (every one
+# once a round) and keep their median: a single sample each, taken one after
+# the other, moved the 0.2 ms rows by 5-40% between runs (clock and host
+# drift), as much as what the ratios compare.
+ROUNDS = 5
+BUDGET = 0.1  # seconds of calls a sample (bench.common.timed)
+
+
+def _group_fns(torch, torch_api, tensors, n, lens):
+    """``{(kind, binding): (fwd, fwd+bwd, sync)}`` of one group (plain only
+    for one segment)."""
+    fns = {}
+    sync = lambda _: torch.cuda.synchronize()  # noqa: E731
+    for kind, binding in IMPLS:
+        if kind == "plain" and n > 1:
+            continue
+        if binding == "jax":
+            f, fb, block = _jax_fns(tensors, kind, lens)
+            fns[kind, binding] = (f, fb, block)
+        else:
+            fns[kind, binding] = (*_torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens), sync)
+    return fns
+
+
+def _time_group(fns):
+    """Median ms (forward, forward+backward) of each implementation over
+    ``ROUNDS`` interleaved rounds; an error string where one fails (it must
+    not hide the rest)."""
+    samples = {key: ([], []) for key in fns}
+    failed = {}
+    for _ in range(ROUNDS):
+        for key, (f, fb, sync) in fns.items():
+            if key in failed:
+                continue
+            try:
+                samples[key][0].append(timed(f, sync, BUDGET) * 1e3)
+                samples[key][1].append(timed(fb, sync, BUDGET) * 1e3)
+            except Exception as e:
+                failed[key] = f"error: {type(e).__name__}: {str(e)[:100]}"
+    return {key: failed.get(key) or tuple(f"{statistics.median(s):.3f}" for s in samples[key]) for key in fns}
+
+
 def run(progress=None) -> list[dict]:
     import torch
 
     import torch_api
 
     rows = []
-    sync = lambda _: torch.cuda.synchronize()  # noqa: E731
     for T in LENGTHS:
         for D in DIMS:
             g = torch.Generator(device="cuda").manual_seed(0)
@@ -104,27 +149,22 @@ def run(progress=None) -> list[dict]:
             tensors = [torch.randn(s, device="cuda", dtype=torch.bfloat16, generator=g) for s in shapes]
             for n in DOCS:
                 lens = doc_lengths(T, n)
-                for kind, binding in IMPLS:
-                    if kind == "plain" and n > 1:
-                        continue
+                try:
+                    times = _time_group(_group_fns(torch, torch_api, tensors, n, lens))
+                except Exception as e:  # building one group's functions failed
+                    times = {(k, b): f"error: {type(e).__name__}: {str(e)[:100]}" for k, b in IMPLS}
+                for (kind, binding), got in times.items():
                     row = {"T": T, "D": D, "docs": n, "input": kind, "binding": binding}
-                    try:
-                        if binding == "jax":
-                            f, fb, block = _jax_fns(tensors, kind, lens)
-                            row["fwd ms"] = f"{timed(f, block) * 1e3:.3f}"
-                            row["fwd+bwd ms"] = f"{timed(fb, block) * 1e3:.3f}"
-                        else:
-                            f, fb = _torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens)
-                            row["fwd ms"] = f"{timed(f, sync) * 1e3:.3f}"
-                            row["fwd+bwd ms"] = f"{timed(fb, sync) * 1e3:.3f}"
-                    except Exception as e:  # one failing implementation must not hide the rest
-                        row["fwd ms"] = f"error: {type(e).__name__}: {str(e)[:100]}"
+                    if isinstance(got, str):
+                        row["fwd ms"] = got
+                    else:
+                        row["fwd ms"], row["fwd+bwd ms"] = got
                     rows.append(row)
                     print(row, flush=True)
                     if progress is not None:
                         progress.update(1)
     _ratios(rows)
-    save("segments", rows, {"device": torch.cuda.get_device_name()})
+    save("segments", rows, {"device": torch.cuda.get_device_name(), "rounds": ROUNDS})
     cols = ["T", "D", "docs", "input", "binding", "fwd ms", "fwd+bwd ms", "vs plain", "vs cu_seqlens"]
     print(markdown_table(rows, cols))
     return rows
