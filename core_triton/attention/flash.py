@@ -142,7 +142,9 @@ class AttentionPlans:
     koff: tuple[int, ...]
 
 
-def gated_pair(plan: LaunchPlan, first: LaunchPlan | None = None) -> tuple[LaunchPlan, LaunchPlan]:
+def gated_pair(
+    plan: LaunchPlan, first: LaunchPlan | None = None, tiles: tuple | None = None
+) -> tuple[LaunchPlan, LaunchPlan]:
     """A ranged launch (``HAS_RANGE``) as two launches over the same
     outputs.  First the kernel of plain attention (no ids, no ranges) runs
     the blocks that hold a row whose segment holds every token of the other
@@ -159,11 +161,19 @@ def gated_pair(plan: LaunchPlan, first: LaunchPlan | None = None) -> tuple[Launc
     is a second launch, whose blocks with nothing to do return at once.
     ``plan``'s last parameters are the dummies of the kernel's ``*_IN``
     pointers, one per output.  ``first``: another first launch (the
-    warp-specialised forward, gated), where plain attention takes it."""
+    warp-specialised forward, gated), where plain attention takes it;
+    ``tiles``: plain attention's ``(kernel, grid, block, num_warps,
+    num_stages)`` for the first launch (its measured tiles may not be the
+    ranged kernel's), else the ranged launch's own."""
     n = len(plan.outputs)
-    whole = first or dataclasses.replace(
-        plan, constexprs={**plan.constexprs, "HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
-    )
+    whole = first
+    if whole is None:
+        kernel, grid, block, w, s = tiles or (plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages)
+        flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
+        whole = dataclasses.replace(
+            plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **block, **flags},
+            num_warps=w, num_stages=s,
+        )  # fmt: skip
     rest = dataclasses.replace(
         plan,
         params=(*plan.params[:-n], *(In(name) for name in plan.output_names)),
@@ -262,12 +272,16 @@ def attention_plans(
     )
     fixed = 0 if interpreter_requested() else FIXED[dim_class]
 
-    def config(kind, table):
-        """(BM, BN, num_warps, num_stages) of ``kind``, or None to autotune."""
+    def config(kind, table, ranged=ranged, splits=1):
+        """(BM, BN, num_warps, num_stages) of ``kind``, or None to autotune.
+        ``ranged``: for the ranged kernel (False: plain attention's, the
+        first of a gated pair); ``splits``: the dK/dV split (None while it
+        is sized)."""
         if dim_class == 256 and q.dtype == "float32" and not interpreter_requested():
             return FLOAT32_256  # every kernel and feature
         if tuned:
-            chosen = measured_choice(kind, dim_class, opts.causal, Tq, Tk)
+            half = q.dtype != "float32"
+            chosen = measured_choice(kind, dim_class, opts.causal, Tq, Tk, ranged, splits, half)
             # Float32 never autotunes: its products run on FMA units (IEEE),
             # where the sweep's large tiles only spill, and compiling every
             # candidate made a first float32 call at head dim 64 take minutes
@@ -276,8 +290,8 @@ def attention_plans(
                 return chosen
         return table[dim_class][min(fixed, len(table[dim_class]) - 1)]
 
-    def kernel_and_grid(kind, table, rows, programs):
-        chosen = config(kind[0], table)
+    def kernel_and_grid(kind, table, rows, programs, ranged=ranged, splits=1):
+        chosen = config(kind[0], table, ranged, splits)
         if chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
             return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None
@@ -363,7 +377,7 @@ def attention_plans(
         # Plain but for the ids: plain attention's own forward for the rows
         # that see every key (the warp-specialised one where it takes them).
         ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, gate_range="q_key_range")
-        forward = gated_pair(forward, ws)
+        forward = gated_pair(forward, ws, kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ, False))
     else:
         forward = (forward,)
 

@@ -55,10 +55,10 @@ class GradShared:
     the inputs and scalars of every gradient launch in kernel order
     (``grad_params``), the optional inputs' strides (``aux_strides``), the
     gradients' dtype (None: the inputs'), and the tile choice
-    (``config(kind, table)`` -> ``(BM, BN, num_warps, num_stages)`` or None
-    to autotune; ``kernel_and_grid(kind, table, rows, programs)``), and
-    ``gate``: None, or the function that splits a ranged launch into its
-    gated pair (flash.gated_pair)."""
+    (``config(kind, table, ranged, splits)`` -> ``(BM, BN, num_warps,
+    num_stages)`` or None to autotune; ``kernel_and_grid(kind, table, rows,
+    programs, ranged, splits)``), and ``gate``: None, or the function that
+    splits a ranged launch into its gated pair (flash.gated_pair)."""
 
     q: TensorInfo
     k: TensorInfo
@@ -106,11 +106,13 @@ def backward_plans(shared: GradShared):
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
         consts = dict(common, DIV16=div16_bits((*rows, *bh_strides(q, k, v, do))))
-        chosen = config("dkdv", DKDV_CONFIGS)
-        # The split is fixed before an autotuned tile is known: 64 keys a block.
+        chosen = config("dkdv", DKDV_CONFIGS, splits=None)
+        # The split is fixed before an autotuned tile is known (and head dim
+        # 64's measured tiles depend on it): 64 keys a block.
         bn = 64 if chosen is None else chosen[1]
         splits = dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
-        kernel, grid, block, w, s = kernel_and_grid(("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
+        dkdv_tiles = functools.partial(kernel_and_grid, ("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
+        kernel, grid, block, w, s = dkdv_tiles(splits=splits)
         grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV
         if splits == 1:
             outputs, names = grads_out, ("dk", "dv")
@@ -128,7 +130,8 @@ def backward_plans(shared: GradShared):
             num_warps=w,
             num_stages=s,
         )
-        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv)
+        # A gated pair's first launch takes plain attention's tiles.
+        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv, None, dkdv_tiles(False, splits))
         if splits > 1:
             n_k, n_v = B * Tk * H * D, B * Tk * H * DV
             dkdv_steps += (
@@ -143,7 +146,8 @@ def backward_plans(shared: GradShared):
                     num_stages=1,
                 ),
             )
-        kernel, grid, block, w, s = kernel_and_grid(("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
+        dq_tiles = functools.partial(kernel_and_grid, ("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
+        kernel, grid, block, w, s = dq_tiles()
         dq = LaunchPlan(
             kernel=kernel,
             grid=grid,
@@ -154,7 +158,7 @@ def backward_plans(shared: GradShared):
             num_warps=w,
             num_stages=s,
         )
-        return dkdv_steps, ((dq,) if shared.gate is None else shared.gate(dq))
+        return dkdv_steps, ((dq,) if shared.gate is None else shared.gate(dq, None, dq_tiles(False)))
 
     @functools.lru_cache(maxsize=8)
     def dbias(do: TensorInfo) -> LaunchPlan | None:

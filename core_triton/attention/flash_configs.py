@@ -75,10 +75,24 @@ MEASURED_256 = {"fwd": (128, 64, 8, 2), "dkdv": (64, 64, 8, 2), "dq": (128, 32, 
 FLOAT32_256 = (32, 32, 8, 1)
 
 
-def measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
-    """(BM, BN, num_warps, num_stages) for ``kind``, or None to autotune."""
-    if not MEASURED or dim_class == 64 or interpreter_requested():
+def measured_choice(
+    kind: str,
+    dim_class: int,
+    causal: bool,
+    Tq: int,
+    Tk: int,
+    ranged: bool = False,
+    splits: int | None = 1,
+    half: bool = True,
+):
+    """(BM, BN, num_warps, num_stages) for ``kind``, or None to autotune.
+    ``ranged``: the segment ids' ranged kernel (HAS_RANGE); ``splits``: the
+    dK/dV split (flash_bwd_plans; None while it is being sized); ``half``:
+    bf16/fp16 inputs."""
+    if not MEASURED or interpreter_requested():
         return None
+    if dim_class == 64:
+        return _measured_64(kind, causal, length_class(max(Tq, Tk)), ranged, splits) if half else None
     if dim_class == 256:
         return MEASURED_256[kind]
     if kind == "fwd":  # loops over keys
@@ -88,6 +102,43 @@ def measured_choice(kind: str, dim_class: int, causal: bool, Tq: int, Tk: int):
     # dK/dV loops over queries; causal at length halves the work per block
     # row, and the larger tile then wins (5.1 ms against 5.6 at T=8192).
     return (64, 128, 8, 2) if causal and Tq >= 4096 else (32, 64, 4, 3)
+
+
+# Head dims up to 64 in bf16/fp16: the PyTorch autotuner's own timings on
+# the H100 (every candidate of DKDV/FWD/DQ_CONFIGS[64], one sweep per
+# autotuning key; B1 32 query heads on 4 at T 2k, 4k, 16k causal, T4k full,
+# 4 documents of segment ids at 4k and 16k; B4 H16 T1k and 8k and B16 H16
+# T2k, causal or not).  Each rule below is the autotuner's pick at every
+# shape measured, with the runner-up's time relative to it:
+# - forward: 64x64/4w/4s causal below 16k (128x64/4w/3s 1.006-1.15x);
+#   128x64/4w/3s causal at 16k (64x64 1.02x), full (runner-up 1.03-1.08x)
+#   and ranged (64x64 1.11-1.14x);
+# - dK/dV: 32x128/4w/3s (next 1.02-1.17x) but causal at 1k: 64x64/4w/3s
+#   (32x64 1.10x); causal at 2k split among the group: 32x64/4w/3s
+#   (32x128 1.11x; unsplit, 32x128 leads by 1.05x); ranged up to 4k:
+#   32x64/4w/3s (32x128 1.09x; at 16k 32x128 leads by 1.10x);
+# - dQ: 64x64/4w/3s everywhere (next 1.03-1.34x).
+# Why fixed: jax-triton autotunes on its own (its picks, and so its times,
+# differed from PyTorch's); its autotuned custom call carries every
+# candidate's kernel (0.7-0.9 MB of backend config against 0.12-0.17 for
+# one), which jaxlib hashes and compares on every call (a host-bound
+# segment-ids forward, B1 T128: 176 us a call at head dim 64 against 92 at
+# 96, whose tiles were fixed); and a first call paid the sweep's compiles.
+# Both bindings now launch the same kernels.
+def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int | None):
+    if kind == "dq":
+        return (64, 64, 4, 3)
+    if kind == "fwd":
+        return (64, 64, 4, 4) if causal and not ranged and length < 16384 else (128, 64, 4, 3)
+    if splits is None:
+        return None  # sized on 64 keys a block, as when autotuned (flash_bwd_plans)
+    if ranged:
+        return (32, 64, 4, 3) if length <= 4096 else (32, 128, 4, 3)
+    if causal and length <= 1024:
+        return (64, 64, 4, 3)
+    if causal and length <= 2048 and splits > 1:
+        return (32, 64, 4, 3)
+    return (32, 128, 4, 3)
 
 
 # dK/dV's programs: one per (key block, batch, key head), each walking every

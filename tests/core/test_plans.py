@@ -117,9 +117,11 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("D", [16, 64, 128])
-def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
-    """Float32 flash (FMA products) takes a fixed config on a GPU, plain or
-    causal too; half precision at head dims up to 64 keeps its sweep."""
+def test_no_gpu_plan_autotunes(D, monkeypatch):
+    """On a GPU no plain or causal plan autotunes: half precision takes the
+    measured tiles (flash_configs.measured_choice; head dim 64's depend on
+    the mask, the length and the dK/dV split), float32 (FMA products) at
+    head dims up to 64 the features' fixed config."""
     monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
     monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
     flash.attention_plans.cache_clear()
@@ -134,18 +136,53 @@ def test_float32_never_autotunes_on_a_gpu(D, monkeypatch):
                     ("fwd", "dkdv", "dq"), (plans.forward[0], *(g[0] for g in plans.grads(q))), strict=True
                 )
                 for kind, plan in launches:
-                    swept = hasattr(plan.kernel, "configs")
-                    assert swept == (dtype == "bfloat16" and D <= 64), (dtype, causal, plan.kernel)
-                    if swept:
-                        continue
+                    assert not hasattr(plan.kernel, "configs"), (dtype, causal, plan.kernel)
                     got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
-                    # Head dim 128: the measured configs; up to 64: the features' one.
-                    want = flash_configs.measured_choice(kind, 128, causal, 300, 300) if D == 128 else None
                     table = tables[kind][64]
-                    want = want or table[min(flash_configs.FIXED[64], len(table) - 1)]
+                    if D == 128:
+                        want = flash_configs.measured_choice(kind, 128, causal, 300, 300)
+                    elif dtype == "bfloat16":  # a group of 1: no dK/dV split
+                        want = flash_configs.measured_choice(kind, 64, causal, 300, 300, False, 1)
+                    else:
+                        want = table[min(flash_configs.FIXED[64], len(table) - 1)]
                     assert got == want, (dtype, causal, kind, got)
     finally:
         flash.attention_plans.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "kind, causal, length, ranged, splits, want",
+    [
+        ("fwd", True, 4096, False, 1, (64, 64, 4, 4)),
+        ("fwd", True, 16384, False, 1, (128, 64, 4, 3)),
+        ("fwd", False, 1024, False, 1, (128, 64, 4, 3)),
+        ("fwd", True, 4096, True, 1, (128, 64, 4, 3)),
+        ("dq", True, 4096, True, 1, (64, 64, 4, 3)),
+        ("dkdv", True, 4096, False, None, None),
+        ("dkdv", True, 1024, False, 1, (64, 64, 4, 3)),
+        ("dkdv", True, 2048, False, 8, (32, 64, 4, 3)),
+        ("dkdv", True, 2048, False, 1, (32, 128, 4, 3)),
+        ("dkdv", True, 4096, True, 8, (32, 64, 4, 3)),
+        ("dkdv", True, 16384, True, 8, (32, 128, 4, 3)),
+        ("dkdv", False, 1024, False, 1, (32, 128, 4, 3)),
+    ],
+)
+def test_head_dim_64_measured_tiles(kind, causal, length, ranged, splits, want, monkeypatch):
+    """Head dim 64's measured tiles by mask, length class, ranged kernel and
+    dK/dV split (None while the split is sized: it is sized on 64 keys a
+    block, as when autotuned), each one of the candidates the GPU suite
+    checks; float32 takes none."""
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    got = flash_configs.measured_choice(kind, 64, causal, length, length // 2, ranged, splits)
+    assert got == want
+    if want is not None:
+        assert (
+            want
+            in {"fwd": flash_configs.FWD_CONFIGS, "dkdv": flash_configs.DKDV_CONFIGS}.get(
+                kind, flash_configs.DQ_CONFIGS
+            )[64]
+        )
+    assert flash_configs.measured_choice(kind, 64, causal, length, length, ranged, splits, half=False) is None
 
 
 @pytest.mark.parametrize("D", [64, 128])
@@ -182,6 +219,15 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
             )
             assert rest.aliases == tuple(enumerate(p.output_names)), kind
             assert rest.params[-len(p.outputs) :] == tuple(In(n) for n in p.output_names), kind
+            if D == 64:  # the ranged launch keeps its own measured tiles
+                tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
+                splits = 4 if kind == "dkdv" else 1  # a group of 4 at 2 x 64 key blocks
+                assert tiles == flash_configs.measured_choice(kind, 64, True, 4096, 4096, True, splits), kind
+                block = tiles[1] if kind == "dkdv" else tiles[0]
+                assert rest.grid[0] == 4096 // block, kind
+        # Head dim 64's forward: the plain and ranged tiles differ.
+        if D == 64:
+            assert by_ids.forward[0].constexprs["BM"] != by_ids.forward[1].constexprs["BM"]
     finally:
         flash.attention_plans.cache_clear()
 

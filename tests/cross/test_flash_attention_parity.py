@@ -1,8 +1,7 @@
 """flash_attention in both bindings on the same DLPack-shared buffers gives
 the same output and gradients: the same bits on the interpreter; on a GPU
 within float32 rounding.  There the two launchers specialise the kernels'
-arguments differently (and head dims that still autotune may pick different
-blocks): on the H100, with the same config in both, the output, dK and dV
+arguments differently: on the H100, with the same config in both, the output, dK and dV
 were the same bits while dQ differed in the last bit of 0.6% of its
 elements (each binding deterministic).  The sinks' gradient is a core
 kernel (core_triton.attention.softmax_parts) in both: the same bits on the

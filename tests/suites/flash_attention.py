@@ -448,7 +448,7 @@ class FlashAttentionSuite(KernelLevelCases):
     @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
     def test_gpu_grouped_heads_split(self, dtype):
         # A Llama-like group of 8 query heads on one key head at head dim 64
-        # and 2048 tokens: the configs a GPU autotunes there, and the dK/dV
+        # and 2048 tokens: the tiles a GPU takes there, and the dK/dV
         # kernel's group split among 8 programs a key block (the plan's rule
         # at one sequence), against the float64 reference.
         if interpreter_requested():
@@ -459,10 +459,11 @@ class FlashAttentionSuite(KernelLevelCases):
     @pytest.mark.parametrize("causal", [False, True])
     @pytest.mark.parametrize("index", range(6))
     def test_gpu_every_tile_candidate(self, index, causal, monkeypatch):
-        # The autotuner times head dim 64's candidate tiles and never checks
-        # what they return: each candidate (index-th of each kernel's table,
-        # the last where a table is shorter) forced in turn, at a size with
-        # partial blocks and the dK/dV group split, against float64.
+        # A GPU picks among head dim 64's candidate tiles by their times
+        # (measured once, or autotuned with MEASURED off), never by their
+        # results: each candidate (index-th of each kernel's table, the last
+        # where a table is shorter) forced in turn, at a size with partial
+        # blocks and the dK/dV group split, against float64.
         if interpreter_requested():
             pytest.skip("GPU-only tiles (the interpreter runs its own small blocks)")
         from core_triton.attention import flash, flash_configs
@@ -623,10 +624,7 @@ class FlashAttentionSuite(KernelLevelCases):
     def test_ws_forward_falls_back(self, monkeypatch):
         """Where the warp-specialised forward does not apply (float32, a
         window, a head dim it has no config for) the main kernel runs, with
-        it forced on.  Head dims 96 and 128 take the H100's measured tiles:
-        a head dim of 64 or less would autotune on the GPU, compiling every
-        candidate config of three kernels for each case (minutes).  Which
-        kernels a plan picks: kernel-level."""
+        it forced on.  Which kernels a plan picks: kernel-level."""
         self._kernel_level()
         from core_triton.attention import flash_tma_plans
 

@@ -268,6 +268,40 @@ class FlashSegmentsSuite(KernelLevelCases):
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_tma_plans.flash_fwd_ws_kernel and first.constexprs["GATE"] == 1, first
 
+    @pytest.mark.parametrize("name", ["batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"])
+    def test_gated_pair_with_own_tiles(self, name, monkeypatch):
+        """A gated pair whose two launches take different tiles (a GPU's
+        measured tiles for head dim 64 differ between plain attention and
+        the ranged kernel; forced here, so the interpreter runs them): rows
+        of both kinds, forward and every gradient against float64."""
+        from core_triton.attention import flash
+
+        plain = {"fwd": (16, 32, 4, 1), "dkdv": (32, 16, 4, 1), "dq": (16, 32, 4, 1)}
+        ranged = {"fwd": (32, 16, 4, 1), "dkdv": (16, 32, 4, 1), "dq": (32, 16, 4, 1)}
+
+        def forced(kind, dim_class, causal, Tq, Tk, is_ranged=False, splits=1, half=True):
+            return None if splits is None else (ranged if is_ranged else plain)[kind]
+
+        self._kernel_level(name == "batch_rows_one_segment_and_docs")
+        monkeypatch.setattr(flash, "measured_choice", forced)
+        flash.replan()
+        self.fw.clear_caches()
+        try:
+            seen = spy_launches(self.fw, monkeypatch)
+            c, options = case_inputs(name)
+            self._check(c, options)
+        finally:
+            monkeypatch.undo()
+            flash.replan()
+            self.fw.clear_caches()
+        by_kind = {"out": "fwd", "dk": "dkdv", "dk_part": "dkdv", "dq": "dq"}
+        gated = [p for p in seen if p.output_names[0] in by_kind and "GATE" in p.constexprs]
+        assert {p.constexprs["GATE"] for p in gated} == {1, 2}
+        for p in gated:
+            tiles = (p.constexprs["BM"], p.constexprs["BN"], p.num_warps, p.num_stages)
+            want = (plain if p.constexprs["GATE"] == 1 else ranged)[by_kind[p.output_names[0]]]
+            assert tiles == want, (p.output_names, p.constexprs["GATE"])
+
     def test_bfloat16_docs(self):
         c, options = case_inputs("docs_window_causal")
         self._check(c, options, dtype="bfloat16")
@@ -277,8 +311,7 @@ class FlashSegmentsSuite(KernelLevelCases):
         attention: the same tiles, the same products (only the edge tiles
         compare ids, and every comparison holds)."""
         fw = self.fw
-        # Head dim 128: a GPU takes its measured tiles (both calls alike;
-        # jax-triton would autotune head dim 64 for each call on its own).
+        # A GPU takes its measured tiles, the same for both calls.
         c, options = case_inputs("one_segment_causal", seed=3)
         c = {**c, **make_case(np.random.default_rng(3), Tq=130, Tk=130, HQ=2, H=1, D=128)}
         x = [fw.array(c[n], "bfloat16") for n in ("query", "key", "value")]
