@@ -108,7 +108,7 @@ def measured_choice(
 # the H100 (every candidate of DKDV/FWD/DQ_CONFIGS[64], one sweep per
 # autotuning key; B1 32 query heads on 4 at T 2k, 4k, 16k causal, T4k full,
 # 4 documents of segment ids at 4k and 16k; B4 H16 T1k and 8k and B16 H16
-# T2k, causal or not).  Each rule below is the autotuner's pick at every
+# T2k, causal or not; ``python -m bench.probes.tile_sweep``).  Each rule below is the autotuner's pick at every
 # shape measured, with the runner-up's time relative to it:
 # - forward: 64x64/4w/4s causal below 16k (128x64/4w/3s 1.006-1.15x);
 #   128x64/4w/3s causal at 16k (64x64 1.02x), full (runner-up 1.03-1.08x)
