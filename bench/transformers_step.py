@@ -6,17 +6,21 @@ the language-model loss.  transformers' ``sdpa`` beside ours
 on one document and on 4 packed documents: packing told by restarting
 ``position_ids`` (both backends read it; sdpa gets transformers' packed
 mask) and, for ours, by ``cu_seq_lens_*`` as transformers passes them to
-``flash_attention_2``.  Tokens/s from the median step time.
+``flash_attention_2``.  Tokens/s from the median step time over
+interleaved rounds (every case once a round, 3 steps each).
 ``python -m bench transformers_step``.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import numpy as np
 
 from bench.common import markdown_table, save, time_per_call
 
 T, DOCS = 4096, 4
+ROUNDS = 5
 CASES = (
     ("sdpa", 1, "positions"),
     ("twinkernels", 1, "positions"),
@@ -58,13 +62,12 @@ def run(progress=None) -> list[dict]:
 
     register()
     model = _model(torch, transformers)
-    rows = []
+    steps = {}
     for impl, docs, packing in CASES:
         ids, pos, cu, longest = _inputs(torch, docs)
         extra = {}
         if packing == "cu_seq_lens":
             extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
-        model.set_attn_implementation(impl)
 
         def step(ids=ids, pos=pos, extra=extra):
             model.zero_grad(set_to_none=True)
@@ -72,12 +75,30 @@ def run(progress=None) -> list[dict]:
             loss.backward()
             return loss
 
+        steps[impl, docs, packing] = step
+    # Interleaved rounds, each case's median kept: the step's wall time
+    # drifted by several ms between cases timed one after the other.
+    samples = {case: [] for case in steps}
+    failed = {}
+    sync = lambda _: torch.cuda.synchronize()  # noqa: E731
+    for _ in range(ROUNDS):
+        for case, step in steps.items():
+            if case in failed:
+                continue
+            try:
+                model.set_attn_implementation(case[0])
+                samples[case].append(time_per_call(step, sync, iters=3, reps=1, warmup=1))
+            except Exception as e:  # one failing case must not hide the rest
+                failed[case] = f"error: {type(e).__name__}: {str(e)[:100]}"
+    rows = []
+    for (impl, docs, packing), times in samples.items():
         row = {"attention": impl, "docs": docs, "packing": packing}
-        try:
-            t = time_per_call(step, lambda _: torch.cuda.synchronize(), iters=5, reps=3, warmup=2)
+        if (impl, docs, packing) in failed:
+            row["step ms"] = failed[impl, docs, packing]
+        else:
+            t = statistics.median(times)
             row.update({"step ms": f"{t * 1e3:.1f}", "tokens/s": f"{T / t:,.0f}"})
-        except Exception as e:  # one failing case must not hide the rest
-            row["step ms"] = f"error: {type(e).__name__}: {str(e)[:100]}"
+            row["rounds ms"] = " ".join(f"{x * 1e3:.1f}" for x in times)
         rows.append(row)
         print(row, flush=True)
         if progress is not None:
@@ -87,7 +108,8 @@ def run(progress=None) -> list[dict]:
         if base is not None and "tokens/s" in r and "tokens/s" in base:
             r["vs sdpa"] = f"{float(base['step ms']) / float(r['step ms']):.2f}x"
     save("transformers_step", rows, {"device": torch.cuda.get_device_name(), "T": T})
-    print(markdown_table(rows, ["attention", "docs", "packing", "step ms", "tokens/s", "vs sdpa"]))
+    cols = ["attention", "docs", "packing", "step ms", "tokens/s", "vs sdpa", "rounds ms"]
+    print(markdown_table(rows, cols))
     return rows
 
 
