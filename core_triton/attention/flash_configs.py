@@ -108,8 +108,9 @@ def measured_choice(
 # the H100 (every candidate of DKDV/FWD/DQ_CONFIGS[64], one sweep per
 # autotuning key; B1 32 query heads on 4 at T 2k, 4k, 16k causal, T4k full,
 # 4 documents of segment ids at 4k and 16k; B4 H16 T1k and 8k and B16 H16
-# T2k, causal or not; ``python -m bench.probes.tile_sweep``).  Each rule below is the autotuner's pick at every
-# shape measured, with the runner-up's time relative to it:
+# T2k, causal or not; ``python -m bench.probes.tile_sweep``).  Each rule
+# below is the autotuner's pick at every shape measured, with the
+# runner-up's time relative to it:
 # - forward: 64x64/4w/4s causal below 16k (128x64/4w/3s 1.006-1.15x);
 #   128x64/4w/3s causal at 16k (64x64 1.02x), full (runner-up 1.03-1.08x)
 #   and ranged (64x64 1.11-1.14x);
@@ -119,12 +120,12 @@ def measured_choice(
 #   32x64/4w/3s (32x128 1.09x; at 16k 32x128 leads by 1.10x);
 # - dQ: 64x64/4w/3s everywhere (next 1.03-1.34x).
 # Why fixed: jax-triton autotunes on its own (its picks, and so its times,
-# differed from PyTorch's); its autotuned custom call carries every
+# differed from PyTorch's); its autotuned custom calls carry every
 # candidate's kernel (0.7-0.9 MB of backend config against 0.12-0.17 for
-# one), which jaxlib hashes and compares on every call (a host-bound
-# segment-ids forward, B1 T128: 176 us a call at head dim 64 against 92 at
-# 96, whose tiles were fixed); and a first call paid the sweep's compiles.
-# Both bindings now launch the same kernels.
+# one, looked up by jaxlib on every call), and a host-bound segment-ids
+# forward (B1 T128) took 176 us a call at head dim 64 against 92 at 96,
+# whose tiles were fixed (PyTorch: 175 against 128); and a first call paid
+# the sweep's compiles.  Both bindings now launch the same kernels.
 def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int | None):
     if kind == "dq":
         return (64, 64, 4, 3)
