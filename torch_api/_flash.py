@@ -6,10 +6,14 @@ Index arrays and sinks are read with unit stride; packed input's segment
 ids and positions are made from its boundaries, segment ids' ranges from
 the ids (core_triton.attention.packed.prepare).  Each distinct call
 signature's plans and constant index inputs are kept, and each
-cotangent layout's backward plans.
+cotangent layout's backward plans; the arrays made from ids or boundaries
+are reused by the next call with the same, unchanged tensor (a model's
+next layer).
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -70,17 +74,56 @@ def prepare(a):
     if ids:
         # Packed input's index arrays from its boundaries, or segment ids'
         # ranges from the ids (core_triton.attention.packed.prepare).
-        sources = dict(inputs)
-        if a["cu_seqlens"] is not None:
-            sources["cu_q"] = a["cu_seqlens"].detach()
-            sources["cu_k"] = sources["cu_q"] if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
-        made = run_named(ids, sources, launch)
-        inputs.update((n, made[n]) for plan in ids for n in plan.output_names)
+        originals = tuple(a[n] for n in (*INDEX, "cu_seqlens", "cu_seqlens_k") if a[n] is not None)
+        made = _reused(ids, originals)
+        if made is None:
+            sources = dict(inputs)
+            if a["cu_seqlens"] is not None:
+                sources["cu_q"] = a["cu_seqlens"].detach()
+                sources["cu_k"] = sources["cu_q"] if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
+            made = run_named(ids, sources, launch)
+            made = {n: made[n] for plan in ids for n in plan.output_names}
+            _keep(ids, originals, made)
+        inputs.update(made)
     if a["softmax_aux"] is not None:
         inputs["softmax_aux"] = a["softmax_aux"].contiguous()
     if a["bias"] is not None:
         inputs["bias"] = a["bias"]
     return plans, inputs
+
+
+# The index arrays made for the call before, and from what: a model passes
+# one segment-ids (or boundaries) tensor to every layer of a forward (22 in
+# a Llama 1B), and each layer would make the same ranges again.  Reused
+# while the same tensor objects come back unchanged (their version
+# counters); never while a CUDA graph captures (a kept array would outlive
+# what the graph reads, or hold values the capture never computed), nor
+# for inference tensors (no version counter).
+_made: tuple | None = None
+
+
+def _reusable(tensors) -> bool:
+    if any(t.is_inference() for t in tensors):
+        return False
+    return not (tensors[0].is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _reused(ids, originals) -> dict | None:
+    """The arrays :func:`_keep` kept, if ``ids`` and ``originals`` are what
+    they were made from, unchanged; else None."""
+    kept = _made
+    if kept is None or kept[0] is not ids or len(kept[1]) != len(originals) or not _reusable(originals):
+        return None
+    for (ref, version), t in zip(kept[1], originals, strict=True):
+        if ref() is not t or t._version != version:
+            return None
+    return kept[2]
+
+
+def _keep(ids, originals, made: dict) -> None:
+    global _made
+    if _reusable(originals):
+        _made = (ids, tuple((weakref.ref(t), t._version) for t in originals), made)
 
 
 def _plan_call(a):

@@ -245,6 +245,45 @@ def test_packed_sequences_match_separate_sequences(boundaries):
         )
 
 
+def test_packed_ids_made_once_a_forward(monkeypatch):
+    # Every layer gets the same position_ids: the segment ids are made once
+    # (the same tensor back, so flash_attention's ranges are made once too,
+    # torch_api._flash); positions changed in place, or a new tensor, are
+    # honoured: each packing must come out as its sequences do alone.
+    from core_triton.attention.segment_ranges import segment_ranges_kernel
+    from torch_api import _flash
+    from torch_api.integrations.transformers_inputs import packed_segments
+
+    launched = []
+
+    def spy(plan, inputs, real=_flash.launch):
+        launched.append(getattr(plan.kernel, "fn", plan.kernel))
+        return real(plan, inputs)
+
+    monkeypatch.setattr(_flash, "launch", spy)
+    ref, ours = _pair("llama", seed=7)
+    ids, _ = _batch("none", seed=8)
+    row = ids[:1, :12]
+    positions = torch.cat([torch.arange(n) for n in (5, 7)])[None].to(DEVICE)
+    for lengths in ((5, 7), (8, 4)):
+        positions[0] = torch.cat([torch.arange(n) for n in lengths])  # in place, the same tensor
+        launched.clear()
+        packed = ours(input_ids=row, position_ids=positions).logits[0]
+        assert launched.count(getattr(segment_ranges_kernel, "fn", segment_ranges_kernel)) == 1, lengths
+        starts = [0, lengths[0], 12]
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            alone = ref(input_ids=row[:, a:b]).logits[0]
+            assert_close(
+                packed[a:b].detach().double().cpu().numpy(), alone.detach().cpu().numpy(), "float32", "packed"
+            )
+    seg = packed_segments(positions)
+    assert packed_segments(positions) is seg
+    assert packed_segments(positions.clone()) is not seg
+    with torch.inference_mode():
+        frozen = positions.clone()
+        assert torch.equal(packed_segments(frozen), seg) and packed_segments(frozen) is not seg
+
+
 def test_what_it_cannot_take_is_refused():
     integration.register()
     _, ours = _pair("llama")

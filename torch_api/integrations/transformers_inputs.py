@@ -5,6 +5,8 @@ read of the ids or the mask)."""
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 
@@ -17,14 +19,39 @@ def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
     return (left, 0) if causal else (left, left)
 
 
+# The last position ids' segment ids: every layer of a forward gets the same
+# ``position_ids`` tensor, and each would make the same ids again (five
+# small launches; the same tensor back also lets flash_attention reuse its
+# ranges, torch_api._flash).  Reused while that tensor object comes back
+# unchanged (its version counter); not under torch.compile (the graph makes
+# them once), while a CUDA graph captures, or for inference tensors.
+_last: tuple | None = None
+
+
+def _reusable(t: torch.Tensor) -> bool:
+    if torch.compiler.is_compiling() or t.is_inference():
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
 def packed_segments(positions: torch.Tensor) -> torch.Tensor:
     """Segment ids ``[1, T]`` int32 of a flattened batch given by position
     ids that restart: a sequence starts where a position does not follow
     the one before (transformers' flash-attn backend reads packing from
-    position ids too)."""
+    position ids too).  The same tensor object for the same, unchanged
+    ``positions`` as the call before."""
+    global _last
+    reusable = _reusable(positions)
+    if reusable and _last is not None:
+        ref, version, seg = _last
+        if ref() is positions and positions._version == version:
+            return seg
     step = torch.diff(positions.reshape(1, -1), dim=-1) != 1
     first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
-    return torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
+    seg = torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
+    if reusable:
+        _last = (weakref.ref(positions), positions._version, seg)
+    return seg
 
 
 def padding_segments(attention_mask: torch.Tensor, Tq: int, Tk: int) -> tuple[torch.Tensor, torch.Tensor]:
