@@ -98,8 +98,8 @@ def _jax_fns(tensors, kind, lens):
 # once a round) and keep their median: a single sample each, taken one after
 # the other, moved the 0.2 ms rows by 5-40% between runs (clock and host
 # drift), as much as what the ratios compare.
-ROUNDS = 5
-BUDGET = 0.1  # seconds of calls a sample (bench.common.timed)
+ROUNDS = 3
+BUDGET = 0.05  # seconds of calls a sample (bench.common.timed)
 
 
 def _group_fns(torch, torch_api, tensors, n, lens):
