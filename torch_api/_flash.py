@@ -96,10 +96,16 @@ def prepare(a):
 # one segment-ids (or boundaries) tensor to every layer of a forward (22 in
 # a Llama 1B), and each layer would make the same ranges again.  Reused
 # while the same tensor objects come back unchanged (their version
-# counters); never while a CUDA graph captures (a kept array would outlive
-# what the graph reads, or hold values the capture never computed), nor
-# for inference tensors (no version counter).
+# counters) on the same stream (another stream could read them before they
+# are written); never while a CUDA graph captures (a kept array would
+# outlive what the graph reads, or hold values the capture never computed),
+# nor for inference tensors (no version counter).
 _made: tuple | None = None
+
+
+def stream_of(t: torch.Tensor):
+    """The current stream of ``t``'s device (None on the CPU)."""
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
 
 
 def _reusable(tensors) -> bool:
@@ -110,20 +116,21 @@ def _reusable(tensors) -> bool:
 
 def _reused(ids, originals) -> dict | None:
     """The arrays :func:`_keep` kept, if ``ids`` and ``originals`` are what
-    they were made from, unchanged; else None."""
+    they were made from, unchanged, on this stream; else None."""
     kept = _made
     if kept is None or kept[0] is not ids or len(kept[1]) != len(originals) or not _reusable(originals):
         return None
     for (ref, version), t in zip(kept[1], originals, strict=True):
         if ref() is not t or t._version != version:
             return None
-    return kept[2]
+    return kept[3] if kept[2] == stream_of(originals[0]) else None
 
 
 def _keep(ids, originals, made: dict) -> None:
     global _made
     if _reusable(originals):
-        _made = (ids, tuple((weakref.ref(t), t._version) for t in originals), made)
+        refs = tuple((weakref.ref(t), t._version) for t in originals)
+        _made = (ids, refs, stream_of(originals[0]), made)
 
 
 def _plan_call(a):

@@ -9,6 +9,8 @@ import weakref
 
 import torch
 
+from torch_api._flash import stream_of
+
 
 def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
     """transformers' ``sliding_window`` (a query sees the keys after ``q -
@@ -24,7 +26,8 @@ def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
 # small launches; the same tensor back also lets flash_attention reuse its
 # ranges, torch_api._flash).  Reused while that tensor object comes back
 # unchanged (its version counter); not under torch.compile (the graph makes
-# them once), while a CUDA graph captures, or for inference tensors.
+# them once), on another stream, while a CUDA graph captures, or for
+# inference tensors.
 _last: tuple | None = None
 
 
@@ -43,14 +46,14 @@ def packed_segments(positions: torch.Tensor) -> torch.Tensor:
     global _last
     reusable = _reusable(positions)
     if reusable and _last is not None:
-        ref, version, seg = _last
-        if ref() is positions and positions._version == version:
+        ref, version, stream, seg = _last
+        if ref() is positions and positions._version == version and stream == stream_of(positions):
             return seg
     step = torch.diff(positions.reshape(1, -1), dim=-1) != 1
     first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
     seg = torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
     if reusable:
-        _last = (weakref.ref(positions), positions._version, seg)
+        _last = (weakref.ref(positions), positions._version, stream_of(positions), seg)
     return seg
 
 
