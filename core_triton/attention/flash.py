@@ -56,10 +56,9 @@ from core_triton.attention.flash_configs import (
     FIXED,
     FLOAT32_256,
     FWD_CONFIGS,
-    bh_strides,
-    div16_bits,
     length_class,
     measured_choice,
+    stride_hint_bits,
     tuned_kernel,
 )
 from core_triton.attention.flash_fwd import flash_fwd_kernel
@@ -361,7 +360,7 @@ def attention_plans(
             common,
             BS=max(2, next_power_of_2(n_sink)),
             HAS_SINK=sink is not None,
-            DIV16=div16_bits((q.strides[1], k.strides[1], v.strides[1], *bh_strides(q, k, v))),
+            DIV16=stride_hint_bits(q, k, v),
             **block,
         ),
         num_warps=w,

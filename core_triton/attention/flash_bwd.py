@@ -41,12 +41,25 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
+    DOB,
+    DOH,
+    DOT,
+    KB,
+    KH,
+    KT,
     LOG2E,
+    QB,
+    QH,
+    QT,
+    VB,
+    VH,
+    VT,
     allowed_mask,
     block_can_be_allowed,
     block_ids,
     block_positions,
     gated_rows,
+    hinted,
     id_ranges,
     load_tile,
     logits,
@@ -58,7 +71,7 @@ from core_triton.attention.flash_common import (
     visible_key_range,
     visible_query_range,
 )
-from core_triton.common.kernel_helpers import dot, hint16
+from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 
 
@@ -279,20 +292,21 @@ def flash_bwd_dkdv_kernel(
     # (flash_common.gated_rows) and writes DK_OUT/DV_OUT in full for the others.
     # DK_IN/DV_IN: the same buffers as DK_OUT/DV_OUT, passed so that the second
     # launch can alias them; never read.
-    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
-    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
-    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
-    stride_dot = hint16(stride_dot, (DIV16 & 8) != 0)
-    # Bits 4..11: batch and head strides of q, k, v, do (alignment of tile
-    # bases for JAX launches, as in the forward).
-    stride_qb = hint16(stride_qb, (DIV16 & 16) != 0)
-    stride_qh = hint16(stride_qh, (DIV16 & 32) != 0)
-    stride_kb = hint16(stride_kb, (DIV16 & 64) != 0)
-    stride_kh = hint16(stride_kh, (DIV16 & 128) != 0)
-    stride_vb = hint16(stride_vb, (DIV16 & 256) != 0)
-    stride_vh = hint16(stride_vh, (DIV16 & 512) != 0)
-    stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
-    stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
+    # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
+    # batch and head strides align tile bases for JAX launches, as in the
+    # forward).
+    stride_qt = hinted(stride_qt, DIV16, QT)
+    stride_kt = hinted(stride_kt, DIV16, KT)
+    stride_vt = hinted(stride_vt, DIV16, VT)
+    stride_dot = hinted(stride_dot, DIV16, DOT)
+    stride_qb = hinted(stride_qb, DIV16, QB)
+    stride_qh = hinted(stride_qh, DIV16, QH)
+    stride_kb = hinted(stride_kb, DIV16, KB)
+    stride_kh = hinted(stride_kh, DIV16, KH)
+    stride_vb = hinted(stride_vb, DIV16, VB)
+    stride_vh = hinted(stride_vh, DIV16, VH)
+    stride_dob = hinted(stride_dob, DIV16, DOB)
+    stride_doh = hinted(stride_doh, DIV16, DOH)
     pid_n = tl.program_id(0)
     # SPLIT: axis 1 is (batch, key head, split), and split ``s`` of
     # ``splits`` takes its share of the group's query heads and writes its
@@ -590,20 +604,21 @@ def flash_bwd_dq_kernel(
     # (flash_common.gated_rows) and writes DQ_OUT in full for the others.
     # DQ_IN: the same buffers as DQ_OUT, passed so that the second
     # launch can alias them; never read.
-    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
-    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
-    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
-    stride_dot = hint16(stride_dot, (DIV16 & 8) != 0)
-    # Bits 4..11: batch and head strides of q, k, v, do (alignment of tile
-    # bases for JAX launches, as in the forward).
-    stride_qb = hint16(stride_qb, (DIV16 & 16) != 0)
-    stride_qh = hint16(stride_qh, (DIV16 & 32) != 0)
-    stride_kb = hint16(stride_kb, (DIV16 & 64) != 0)
-    stride_kh = hint16(stride_kh, (DIV16 & 128) != 0)
-    stride_vb = hint16(stride_vb, (DIV16 & 256) != 0)
-    stride_vh = hint16(stride_vh, (DIV16 & 512) != 0)
-    stride_dob = hint16(stride_dob, (DIV16 & 1024) != 0)
-    stride_doh = hint16(stride_doh, (DIV16 & 2048) != 0)
+    # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
+    # batch and head strides align tile bases for JAX launches, as in the
+    # forward).
+    stride_qt = hinted(stride_qt, DIV16, QT)
+    stride_kt = hinted(stride_kt, DIV16, KT)
+    stride_vt = hinted(stride_vt, DIV16, VT)
+    stride_dot = hinted(stride_dot, DIV16, DOT)
+    stride_qb = hinted(stride_qb, DIV16, QB)
+    stride_qh = hinted(stride_qh, DIV16, QH)
+    stride_kb = hinted(stride_kb, DIV16, KB)
+    stride_kh = hinted(stride_kh, DIV16, KH)
+    stride_vb = hinted(stride_vb, DIV16, VB)
+    stride_vh = hinted(stride_vh, DIV16, VH)
+    stride_dob = hinted(stride_dob, DIV16, DOB)
+    stride_doh = hinted(stride_doh, DIV16, DOH)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // HQ

@@ -24,7 +24,7 @@ from core_triton.attention.flash_bwd import (
     flash_bwd_preprocess_kernel,
     flash_bwd_split_sum_kernel,
 )
-from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, bh_strides, div16_bits, dkdv_splits
+from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, dkdv_splits, stride_hint_bits
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested, multiprocessor_count
 from core_triton.common.utils import cdiv, next_power_of_2
@@ -104,8 +104,7 @@ def backward_plans(shared: GradShared):
     def grads(do: TensorInfo) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
-        rows = (q.strides[1], k.strides[1], v.strides[1], do.strides[1])
-        consts = dict(common, DIV16=div16_bits((*rows, *bh_strides(q, k, v, do))))
+        consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
         chosen = config("dkdv", DKDV_CONFIGS, splits=None)
         # The split is fixed before an autotuned tile is known (and head dim
         # 64's measured tiles depend on it): 64 keys a block.

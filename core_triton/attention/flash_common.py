@@ -34,12 +34,29 @@ fails to compile), and the interpreter makes a tensor of ``a = T[i]``.
 import triton
 import triton.language as tl
 
+from core_triton.common.kernel_helpers import hint16
+
 # Stand-in for +-infinity in int32 position arithmetic (|positions| < 2**29).
 # Compiled Triton reads module globals only when they are constexpr.
 POS_INF_INT = 1 << 30
 POS_INF = tl.constexpr(POS_INF_INT)
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
+
+# The strides a flash kernel's DIV16 speaks of, bit ``i`` for the ``i``-th
+# (flash_configs.stride_hint_bits sets them): the row strides of q, k, v and
+# dO, then the batch and head strides of each.  The forward has no dO: its
+# bits stay 0.  Each name below is its bit's mask.
+HINTED = ("qt", "kt", "vt", "dot", "qb", "qh", "kb", "kh", "vb", "vh", "dob", "doh")
+QT, KT, VT, DOT, QB, QH, KB, KH, VB, VH, DOB, DOH = (tl.constexpr(1 << i) for i in range(len(HINTED)))
+
+
+@triton.jit
+def hinted(stride, DIV16: tl.constexpr, MASK: tl.constexpr):
+    """``stride``, a multiple of 16 to the compiler where ``DIV16`` has
+    ``MASK``'s bit (kernel_helpers.hint16).  The mask comes first: the
+    interpreter passes ``DIV16`` as an int, which takes no constexpr."""
+    return hint16(stride, (MASK & DIV16) != 0)
 
 
 @triton.jit

@@ -9,6 +9,7 @@ import functools
 import triton
 
 from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
+from core_triton.attention.flash_common import HINTED
 from core_triton.attention.flash_fwd import flash_fwd_kernel
 from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import autotune, interpreter_requested
@@ -218,12 +219,14 @@ def dim_class(bd: int) -> int:
     return 64 if bd <= 64 else 128 if bd <= 128 else 256
 
 
-def div16_bits(ints) -> int:
-    """The hint bits of ``ints``: bit ``i`` set where ``ints[i]`` is a
-    multiple of 16 (and not 0 or 1)."""
-    return sum(1 << k for k, v in enumerate(ints) if v > 1 and v % 16 == 0)
-
-
-def bh_strides(*infos: TensorInfo) -> tuple[int, ...]:
-    """Batch and head strides of each ``[B, T, H, D]`` tensor, in turn."""
-    return tuple(s for info in infos for s in (info.strides[0], info.strides[2]))
+def stride_hint_bits(q: TensorInfo, k: TensorInfo, v: TensorInfo, do: TensorInfo | None = None) -> int:
+    """A flash kernel's ``DIV16``: bit ``i`` set where the ``i``-th stride
+    of flash_common.HINTED (``[B, T, H, D]`` tensors' time, batch and head
+    strides) is a multiple of 16 (and not 0 or 1); without ``do`` (the
+    forward) its bits stay 0."""
+    strides = {}
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+        if t is not None:
+            strides.update({name + "t": t.strides[1], name + "b": t.strides[0], name + "h": t.strides[2]})
+    values = (strides.get(name, 0) for name in HINTED)
+    return sum(1 << i for i, s in enumerate(values) if s > 1 and s % 16 == 0)

@@ -20,12 +20,22 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
+    KB,
+    KH,
+    KT,
     LN2,
     LOG2E,
+    QB,
+    QH,
+    QT,
+    VB,
+    VH,
+    VT,
     block_can_be_allowed,
     block_ids,
     block_positions,
     gated_rows,
+    hinted,
     id_ranges,
     load_tile,
     mask_scores,
@@ -35,7 +45,7 @@ from core_triton.attention.flash_common import (
     tanh,
     visible_key_range,
 )
-from core_triton.common.kernel_helpers import dot, hint16
+from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
 
 
@@ -216,19 +226,19 @@ def flash_fwd_kernel(
     # (flash_common.gated_rows) and writes OUT/LSE in full for the others.
     # OUT_IN/LSE_IN: the same buffers as OUT/LSE, passed so that the second
     # launch can alias them; never read.
-    # Bit k of DIV16: the k-th of (qt, kt, vt) row strides is a multiple of 16.
-    stride_qt = hint16(stride_qt, (DIV16 & 1) != 0)
-    stride_kt = hint16(stride_kt, (DIV16 & 2) != 0)
-    stride_vt = hint16(stride_vt, (DIV16 & 4) != 0)
-    # Bits 3..8: batch and head strides of q, k, v.  Without them a JAX
-    # launch cannot prove a tile's base 16-byte aligned, and every K/V load
-    # in the loop splits into scalar loads.
-    stride_qb = hint16(stride_qb, (DIV16 & 8) != 0)
-    stride_qh = hint16(stride_qh, (DIV16 & 16) != 0)
-    stride_kb = hint16(stride_kb, (DIV16 & 32) != 0)
-    stride_kh = hint16(stride_kh, (DIV16 & 64) != 0)
-    stride_vb = hint16(stride_vb, (DIV16 & 128) != 0)
-    stride_vh = hint16(stride_vh, (DIV16 & 256) != 0)
+    # DIV16: which strides are multiples of 16 (flash_common.HINTED).  The
+    # batch and head strides too: without them a JAX launch cannot prove a
+    # tile's base 16-byte aligned, and every K/V load in the loop splits into
+    # scalar loads.
+    stride_qt = hinted(stride_qt, DIV16, QT)
+    stride_kt = hinted(stride_kt, DIV16, KT)
+    stride_vt = hinted(stride_vt, DIV16, VT)
+    stride_qb = hinted(stride_qb, DIV16, QB)
+    stride_qh = hinted(stride_qh, DIV16, QH)
+    stride_kb = hinted(stride_kb, DIV16, KB)
+    stride_kh = hinted(stride_kh, DIV16, KH)
+    stride_vb = hinted(stride_vb, DIV16, VB)
+    stride_vh = hinted(stride_vh, DIV16, VH)
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // HQ

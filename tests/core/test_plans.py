@@ -360,3 +360,26 @@ def test_autotuning_is_kept_per_length_class():
     assert all(callable(getattr(k, "run", None)) and hasattr(k, "configs") for k in short), "not autotuned"
     assert short == same and cross == longer
     assert all(a is not b and a.fn is b.fn for a, b in zip(short, longer, strict=True))
+
+
+def test_stride_hint_bits_name_each_stride():
+    """DIV16's bit ``i`` is the ``i``-th stride of flash_common.HINTED (the
+    forward's and the backward's alike; the forward has no dO), set where
+    the stride is a multiple of 16 and not 0 or 1."""
+    from core_triton.attention.flash_common import HINTED
+
+    q = TensorInfo((2, 40, 4, 24), "bfloat16", (3840, 96, 24, 1))  # qh = 24: no
+    k = TensorInfo((2, 40, 2, 24), "bfloat16", (1, 2, 80, 1280))  # kb = 1, kt = 2: no
+    v = TensorInfo((2, 40, 2, 16), "bfloat16", (1288, 32, 16, 1))  # vb = 1288: no
+    do = TensorInfo((2, 40, 4, 24), "bfloat16", (4004, 100, 25, 1))  # none
+    want = {"qt", "qb", "kh", "vt", "vh"}
+    bits = flash_configs.stride_hint_bits(q, k, v)
+    assert {n for i, n in enumerate(HINTED) if bits >> i & 1} == want
+    assert flash_configs.stride_hint_bits(q, k, v, do) == bits
+    do = TensorInfo((2, 40, 4, 24), "bfloat16", (3840, 96, 24, 1))
+    got = flash_configs.stride_hint_bits(q, k, v, do)
+    assert {n for i, n in enumerate(HINTED) if got >> i & 1} == want | {"dot", "dob"}
+    plans, _ = flash.plans(q, k, v, causal=True)
+    assert plans.forward[0].constexprs["DIV16"] == bits
+    dkdv, dq = plans.grads(do)
+    assert dkdv[0].constexprs["DIV16"] == dq[0].constexprs["DIV16"] == got
