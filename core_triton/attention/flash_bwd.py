@@ -41,25 +41,13 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
-    DOB,
-    DOH,
-    DOT,
-    KB,
-    KH,
-    KT,
     LOG2E,
-    QB,
-    QH,
-    QT,
-    VB,
-    VH,
-    VT,
     allowed_mask,
     block_can_be_allowed,
     block_ids,
     block_positions,
     gated_rows,
-    hinted,
+    hinted_strides,
     id_ranges,
     load_tile,
     logits,
@@ -295,18 +283,11 @@ def flash_bwd_dkdv_kernel(
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).
-    stride_qt = hinted(stride_qt, DIV16, QT)
-    stride_kt = hinted(stride_kt, DIV16, KT)
-    stride_vt = hinted(stride_vt, DIV16, VT)
-    stride_dot = hinted(stride_dot, DIV16, DOT)
-    stride_qb = hinted(stride_qb, DIV16, QB)
-    stride_qh = hinted(stride_qh, DIV16, QH)
-    stride_kb = hinted(stride_kb, DIV16, KB)
-    stride_kh = hinted(stride_kh, DIV16, KH)
-    stride_vb = hinted(stride_vb, DIV16, VB)
-    stride_vh = hinted(stride_vh, DIV16, VH)
-    stride_dob = hinted(stride_dob, DIV16, DOB)
-    stride_doh = hinted(stride_doh, DIV16, DOH)
+    stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, \
+        stride_vh, stride_dob, stride_doh = hinted_strides(
+            DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
+            stride_vb, stride_vh, stride_dob, stride_doh,
+        )  # fmt: skip
     pid_n = tl.program_id(0)
     # SPLIT: axis 1 is (batch, key head, split), and split ``s`` of
     # ``splits`` takes its share of the group's query heads and writes its
@@ -607,18 +588,11 @@ def flash_bwd_dq_kernel(
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).
-    stride_qt = hinted(stride_qt, DIV16, QT)
-    stride_kt = hinted(stride_kt, DIV16, KT)
-    stride_vt = hinted(stride_vt, DIV16, VT)
-    stride_dot = hinted(stride_dot, DIV16, DOT)
-    stride_qb = hinted(stride_qb, DIV16, QB)
-    stride_qh = hinted(stride_qh, DIV16, QH)
-    stride_kb = hinted(stride_kb, DIV16, KB)
-    stride_kh = hinted(stride_kh, DIV16, KH)
-    stride_vb = hinted(stride_vb, DIV16, VB)
-    stride_vh = hinted(stride_vh, DIV16, VH)
-    stride_dob = hinted(stride_dob, DIV16, DOB)
-    stride_doh = hinted(stride_doh, DIV16, DOH)
+    stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, \
+        stride_vh, stride_dob, stride_doh = hinted_strides(
+            DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
+            stride_vb, stride_vh, stride_dob, stride_doh,
+        )  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // HQ

@@ -60,6 +60,17 @@ def hinted(stride, DIV16: tl.constexpr, MASK: tl.constexpr):
 
 
 @triton.jit
+def hinted_strides(DIV16: tl.constexpr, qt, kt, vt, dot, qb, qh, kb, kh, vb, vh, dob, doh):
+    """The strides of :data:`HINTED` in its order, each :func:`hinted` (the
+    forward passes 0 for dO's)."""
+    return (
+        hinted(qt, DIV16, QT), hinted(kt, DIV16, KT), hinted(vt, DIV16, VT), hinted(dot, DIV16, DOT),
+        hinted(qb, DIV16, QB), hinted(qh, DIV16, QH), hinted(kb, DIV16, KB), hinted(kh, DIV16, KH),
+        hinted(vb, DIV16, VB), hinted(vh, DIV16, VH), hinted(dob, DIV16, DOB), hinted(doh, DIV16, DOH),
+    )  # fmt: skip
+
+
+@triton.jit
 def tanh(x):
     """tanh from exp, exact at both tails (exp overflow gives +-1)."""
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)

@@ -20,22 +20,13 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
-    KB,
-    KH,
-    KT,
     LN2,
     LOG2E,
-    QB,
-    QH,
-    QT,
-    VB,
-    VH,
-    VT,
     block_can_be_allowed,
     block_ids,
     block_positions,
     gated_rows,
-    hinted,
+    hinted_strides,
     id_ranges,
     load_tile,
     mask_scores,
@@ -230,15 +221,9 @@ def flash_fwd_kernel(
     # batch and head strides too: without them a JAX launch cannot prove a
     # tile's base 16-byte aligned, and every K/V load in the loop splits into
     # scalar loads.
-    stride_qt = hinted(stride_qt, DIV16, QT)
-    stride_kt = hinted(stride_kt, DIV16, KT)
-    stride_vt = hinted(stride_vt, DIV16, VT)
-    stride_qb = hinted(stride_qb, DIV16, QB)
-    stride_qh = hinted(stride_qh, DIV16, QH)
-    stride_kb = hinted(stride_kb, DIV16, KB)
-    stride_kh = hinted(stride_kh, DIV16, KH)
-    stride_vb = hinted(stride_vb, DIV16, VB)
-    stride_vh = hinted(stride_vh, DIV16, VH)
+    (stride_qt, stride_kt, stride_vt, _, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, _,
+     _) = hinted_strides(DIV16, stride_qt, stride_kt, stride_vt, 0, stride_qb, stride_qh, stride_kb,
+                         stride_kh, stride_vb, stride_vh, 0, 0)  # fmt: skip
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = pid_bh // HQ
