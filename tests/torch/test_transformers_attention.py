@@ -284,6 +284,41 @@ def test_packed_ids_made_once_a_forward(monkeypatch):
         assert torch.equal(packed_segments(frozen), seg) and packed_segments(frozen) is not seg
 
 
+def test_padding_ids_made_once_a_forward(monkeypatch):
+    # Every layer gets the same 2-D padding mask: its segment ids (and so
+    # their ranges) are made once; a mask changed in place is honoured.
+    from core_triton.attention.segment_ranges import segment_ranges_kernel
+    from torch_api import _flash
+
+    launched = []
+
+    def spy(plan, inputs, real=_flash.launch):
+        launched.append(plan.kernel is segment_ranges_kernel)
+        return real(plan, inputs)
+
+    monkeypatch.setattr(_flash, "launch", spy)
+    ref, ours = _pair("llama", seed=9, reference="sdpa")
+    ids, mask = _batch("right", seed=10)
+    for padding in ("right", "left"):
+        mask.copy_(_batch(padding)[1])  # in place, the same tensor
+        launched.clear()
+        got = _logits(ours, ids, mask)
+        assert launched.count(True) == 1, padding
+        want = _logits(ref, ids, mask)
+        real = mask.bool()
+        assert_close(got[real].detach().double().cpu().numpy(), want[real].detach().cpu().numpy(), "float32")
+    # transformers hands the layers a mask of its own each forward; the
+    # ids themselves, for a mask changed in place:
+    from torch_api.integrations.transformers_inputs import padding_segments
+
+    q_seg, kv_seg = padding_segments(mask, T - 2, T)
+    assert padding_segments(mask, T - 2, T) == (q_seg, kv_seg)
+    mask.copy_(_batch("right")[1])
+    again = padding_segments(mask, T - 2, T)
+    assert not torch.equal(again[1], kv_seg) and torch.equal(again[1], (mask ^ mask[:, :1]).int())
+    assert padding_segments(mask, T, T)[1] is not again[1]  # other lengths
+
+
 def test_what_it_cannot_take_is_refused():
     integration.register()
     _, ours = _pair("llama")

@@ -21,20 +21,36 @@ def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
     return (left, 0) if causal else (left, left)
 
 
-# The last position ids' segment ids: every layer of a forward gets the same
-# ``position_ids`` tensor, and each would make the same ids again (five
-# small launches; the same tensor back also lets flash_attention reuse its
-# ranges, torch_api._flash).  Reused while that tensor object comes back
-# unchanged (its version counter); not under torch.compile (the graph makes
-# them once), on another stream, while a CUDA graph captures, or for
-# inference tensors.
-_last: tuple | None = None
+# Segment ids made once a forward: every layer gets the same
+# ``position_ids`` (or padding mask) tensor, and each would make the same
+# ids again (a few small launches; the same ids tensor back also lets
+# flash_attention reuse their ranges, torch_api._flash).  Reused while that
+# tensor object comes back unchanged (its version counter) on the same
+# stream; not under torch.compile (the graph makes them once), while a CUDA
+# graph captures, or for inference tensors (no version counter).
+class _LastMade:
+    """What :meth:`get` made from the last tensor it was given."""
+
+    def __init__(self):
+        self.kept = None
+
+    def get(self, source: torch.Tensor, key, make):
+        """``make()``, or what it returned for this same, unchanged
+        ``source`` (and equal ``key``) on the call before."""
+        reusable = not torch.compiler.is_compiling() and not source.is_inference()
+        reusable = reusable and not (source.is_cuda and torch.cuda.is_current_stream_capturing())
+        if reusable and self.kept is not None:
+            ref, version, stream, kept_key, value = self.kept
+            same = ref() is source and source._version == version and kept_key == key
+            if same and stream == stream_of(source):
+                return value
+        value = make()
+        if reusable:
+            self.kept = (weakref.ref(source), source._version, stream_of(source), key, value)
+        return value
 
 
-def _reusable(t: torch.Tensor) -> bool:
-    if torch.compiler.is_compiling() or t.is_inference():
-        return False
-    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+_PACKED, _PADDING = _LastMade(), _LastMade()
 
 
 def packed_segments(positions: torch.Tensor) -> torch.Tensor:
@@ -43,18 +59,13 @@ def packed_segments(positions: torch.Tensor) -> torch.Tensor:
     the one before (transformers' flash-attn backend reads packing from
     position ids too).  The same tensor object for the same, unchanged
     ``positions`` as the call before."""
-    global _last
-    reusable = _reusable(positions)
-    if reusable and _last is not None:
-        ref, version, stream, seg = _last
-        if ref() is positions and positions._version == version and stream == stream_of(positions):
-            return seg
-    step = torch.diff(positions.reshape(1, -1), dim=-1) != 1
-    first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
-    seg = torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
-    if reusable:
-        _last = (weakref.ref(positions), positions._version, stream_of(positions), seg)
-    return seg
+
+    def make():
+        step = torch.diff(positions.reshape(1, -1), dim=-1) != 1
+        first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
+        return torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
+
+    return _PACKED.get(positions, None, make)
 
 
 def padding_segments(attention_mask: torch.Tensor, Tq: int, Tk: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,12 +77,17 @@ def padding_segments(attention_mask: torch.Tensor, Tq: int, Tk: int) -> tuple[to
     token is in segment 0, so that left and right padding both give ids that
     never decrease along the row: the kernels then find each segment's keys
     by search and skip the rest (one segment, no padding, runs as plain
-    attention)."""
+    attention).  The same tensors for the same, unchanged mask and lengths
+    as the call before."""
     if attention_mask.dim() != 2:
         raise ValueError(
             "twinkernels attention takes a 2-D padding mask [batch, keys], got one of shape "
             f"{tuple(attention_mask.shape)} (a dense mask: use attn_implementation='sdpa')"
         )
-    kv_seg = attention_mask[:, -Tk:].to(torch.int32)
-    kv_seg = kv_seg ^ kv_seg[:, :1]
-    return kv_seg[:, -Tq:].contiguous(), kv_seg.contiguous()
+
+    def make():
+        kv_seg = attention_mask[:, -Tk:].to(torch.int32)
+        kv_seg = kv_seg ^ kv_seg[:, :1]
+        return kv_seg[:, -Tq:].contiguous(), kv_seg.contiguous()
+
+    return _PADDING.get(attention_mask, (Tq, Tk), make)
