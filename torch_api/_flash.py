@@ -13,8 +13,6 @@ next layer).
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
 from core_triton.attention import flash as core
@@ -24,6 +22,7 @@ from core_triton.common.launch import run_named
 from torch_api._attention import PARAMS
 from torch_api._launch import device_constant, info, launch
 from torch_api._library import Param
+from torch_api._reuse import LastMade
 
 # The op's own arguments: packed input's boundaries after the shared ones.
 OP_PARAMS = (*PARAMS, Param("cu_seqlens", "Tensor?"), Param("cu_seqlens_k", "Tensor?"))
@@ -74,17 +73,18 @@ def prepare(a):
     if ids:
         # Packed input's index arrays from its boundaries, or segment ids'
         # ranges from the ids (core_triton.attention.packed.prepare).
+        # Kept for the next call with the same, unchanged tensors (torch_api._reuse).
         originals = tuple(a[n] for n in (*INDEX, "cu_seqlens", "cu_seqlens_k") if a[n] is not None)
-        made = _reused(ids, originals)
-        if made is None:
+
+        def make():
             sources = dict(inputs)
             if a["cu_seqlens"] is not None:
                 sources["cu_q"] = a["cu_seqlens"].detach()
                 sources["cu_k"] = sources["cu_q"] if a["cu_seqlens_k"] is None else a["cu_seqlens_k"].detach()
             made = run_named(ids, sources, launch)
-            made = {n: made[n] for plan in ids for n in plan.output_names}
-            _keep(ids, originals, made)
-        inputs.update(made)
+            return {n: made[n] for plan in ids for n in plan.output_names}
+
+        inputs.update(_MADE.get(originals, ids, make))
     if a["softmax_aux"] is not None:
         inputs["softmax_aux"] = a["softmax_aux"].contiguous()
     if a["bias"] is not None:
@@ -92,45 +92,8 @@ def prepare(a):
     return plans, inputs
 
 
-# The index arrays made for the call before, and from what: a model passes
-# one segment-ids (or boundaries) tensor to every layer of a forward (22 in
-# a Llama 1B), and each layer would make the same ranges again.  Reused
-# while the same tensor objects come back unchanged (their version
-# counters) on the same stream (another stream could read them before they
-# are written); never while a CUDA graph captures (a kept array would
-# outlive what the graph reads, or hold values the capture never computed),
-# nor for inference tensors (no version counter).
-_made: tuple | None = None
-
-
-def stream_of(t: torch.Tensor):
-    """The current stream of ``t``'s device (None on the CPU)."""
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
-
-
-def _reusable(tensors) -> bool:
-    if any(t.is_inference() for t in tensors):
-        return False
-    return not (tensors[0].is_cuda and torch.cuda.is_current_stream_capturing())
-
-
-def _reused(ids, originals) -> dict | None:
-    """The arrays :func:`_keep` kept, if ``ids`` and ``originals`` are what
-    they were made from, unchanged, on this stream; else None."""
-    kept = _made
-    if kept is None or kept[0] is not ids or len(kept[1]) != len(originals) or not _reusable(originals):
-        return None
-    for (ref, version), t in zip(kept[1], originals, strict=True):
-        if ref() is not t or t._version != version:
-            return None
-    return kept[3] if kept[2] == stream_of(originals[0]) else None
-
-
-def _keep(ids, originals, made: dict) -> None:
-    global _made
-    if _reusable(originals):
-        refs = tuple((weakref.ref(t), t._version) for t in originals)
-        _made = (ids, refs, stream_of(originals[0]), made)
+# The index arrays made for the last call, and from what.
+_MADE = LastMade()
 
 
 def _plan_call(a):

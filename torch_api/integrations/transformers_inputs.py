@@ -5,11 +5,9 @@ read of the ids or the mask)."""
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 
-from torch_api._flash import stream_of
+from torch_api._reuse import LastMade
 
 
 def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
@@ -22,35 +20,9 @@ def window(sliding_window: int | None, causal: bool) -> tuple[int, int] | None:
 
 
 # Segment ids made once a forward: every layer gets the same
-# ``position_ids`` (or padding mask) tensor, and each would make the same
-# ids again (a few small launches; the same ids tensor back also lets
-# flash_attention reuse their ranges, torch_api._flash).  Reused while that
-# tensor object comes back unchanged (its version counter) on the same
-# stream; not under torch.compile (the graph makes them once), while a CUDA
-# graph captures, or for inference tensors (no version counter).
-class _LastMade:
-    """What :meth:`get` made from the last tensor it was given."""
-
-    def __init__(self):
-        self.kept = None
-
-    def get(self, source: torch.Tensor, key, make):
-        """``make()``, or what it returned for this same, unchanged
-        ``source`` (and equal ``key``) on the call before."""
-        reusable = not torch.compiler.is_compiling() and not source.is_inference()
-        reusable = reusable and not (source.is_cuda and torch.cuda.is_current_stream_capturing())
-        if reusable and self.kept is not None:
-            ref, version, stream, kept_key, value = self.kept
-            same = ref() is source and source._version == version and kept_key == key
-            if same and stream == stream_of(source):
-                return value
-        value = make()
-        if reusable:
-            self.kept = (weakref.ref(source), source._version, stream_of(source), key, value)
-        return value
-
-
-_PACKED, _PADDING = _LastMade(), _LastMade()
+# ``position_ids`` (or padding mask) tensor; the same ids tensor back also
+# lets flash_attention reuse their ranges (torch_api._reuse).
+_PACKED, _PADDING = LastMade(), LastMade()
 
 
 def packed_segments(positions: torch.Tensor) -> torch.Tensor:
@@ -65,7 +37,7 @@ def packed_segments(positions: torch.Tensor) -> torch.Tensor:
         first = torch.zeros(1, 1, dtype=torch.int32, device=positions.device)
         return torch.cat([first, torch.cumsum(step.to(torch.int32), dim=-1, dtype=torch.int32)], dim=-1)
 
-    return _PACKED.get(positions, None, make)
+    return _PACKED.get((positions,), None, make)
 
 
 def padding_segments(attention_mask: torch.Tensor, Tq: int, Tk: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,4 +62,4 @@ def padding_segments(attention_mask: torch.Tensor, Tq: int, Tk: int) -> tuple[to
         kv_seg = kv_seg ^ kv_seg[:, :1]
         return kv_seg[:, -Tq:].contiguous(), kv_seg.contiguous()
 
-    return _PADDING.get(attention_mask, (Tq, Tk), make)
+    return _PADDING.get((attention_mask,), (Tq, Tk), make)
