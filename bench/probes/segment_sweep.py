@@ -18,7 +18,7 @@ from bench.probes.flash_configs import _timings
 def _sweep(torch, torch_api, core, flash_configs, D, T, names, label=""):
     dim_class = flash_configs.dim_class(D)
     for name in names:
-        core._replan({}, None)  # new plan objects: no launch replays the old kernels
+        core.replan()  # new plan objects: no launch replays the old kernels
         for kind in ("fwd", "dkdv", "dq"):
             flash_configs.tuned_kernel(kind, dim_class, flash_configs.length_class(T)).cache.clear()
         g = torch.Generator(device="cuda").manual_seed(0)

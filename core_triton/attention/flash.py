@@ -96,7 +96,7 @@ def set_dkdv_splits(splits: int | None) -> None:
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be None or a positive int, got {splits!r}")
     flash_configs.DKDV_SPLITS = splits
-    _replan({}, None)
+    replan()
 
 
 # Counts replans: a binding that keeps plans per call signature (the torch
