@@ -163,7 +163,7 @@ class _Fast:
             return None
         args = self.args.copy()
         kept = []  # contiguous copies live until the launch is queued
-        for pos, name, dtype, aligned, one_d in self.slots:
+        for name, dtype, aligned, one_d, positions in self.slots:
             t = inputs[name]
             if one_d:
                 t = t.contiguous()
@@ -173,7 +173,8 @@ class _Fast:
             p = t.data_ptr()
             if (p % 16 == 0) is not aligned:
                 return None
-            args[pos] = p
+            for pos in positions:
+                args[pos] = p
         for name in self.nones:
             if inputs.get(name) is not None:
                 return None
@@ -206,7 +207,11 @@ def _remember(plan: LaunchPlan, used: dict, outputs: list, device: torch.device)
     args = [*plan.arguments(used), *outputs]
     fast = _Fast()
     fast.plan = plan
-    fast.slots, fast.nones = [], []
+    # One slot per distinct input, with every position it fills: a flash
+    # launch passes one array (the piece offsets, q) for each absent
+    # optional input, 15-17 tensor parameters from 5-8 arrays, and each
+    # slot's checks are host time on every eager launch.
+    slots, fast.nones = {}, []
     for pos, param in enumerate(plan.params):
         if not isinstance(param, In):
             continue
@@ -216,13 +221,18 @@ def _remember(plan: LaunchPlan, used: dict, outputs: list, device: torch.device)
         elif pos in replay.tensors:
             dtype, _, aligned = replay.signature[replay.tensors.index(pos)]
             # launch() reads 1-D index arrays through a contiguous copy.
-            fast.slots.append((pos, param.name, dtype, aligned, t.dim() == 1))
+            slot = slots.setdefault(param.name, (param.name, dtype, aligned, t.dim() == 1, []))
+            if slot[1:4] != (dtype, aligned, t.dim() == 1):
+                return  # specialised differently at two positions: keep the plain path
+            slot[4].append(pos)
         else:
             return  # an input Triton took as a value: keep the plain path
+    fast.slots = [(*slot[:4], tuple(slot[4])) for slot in slots.values()]
     fast.n_in = len(args) - len(outputs)
     # The template keeps the plan's scalars only: no tensor of this call.
-    for pos, *_ in fast.slots:
-        args[pos] = 0
+    for *_, positions in fast.slots:
+        for pos in positions:
+            args[pos] = 0
     for pos in range(fast.n_in, len(args)):
         args[pos] = 0
     fast.args = args

@@ -131,3 +131,33 @@ def test_fast_launch_keeps_no_tensor_of_its_first_call(monkeypatch):
     gc.collect()
     assert all(ref() is None for ref in alive)
     assert fast.args == [0, 3, 0]
+
+
+def test_fast_launch_fills_every_position_of_a_repeated_input(monkeypatch):
+    """An input at several positions (flash passes one array for each absent
+    optional input) is checked once and its address goes to every position;
+    a change of it still steps aside."""
+    calls = []
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
+    monkeypatch.setattr(core_launch, "_hooks_set", lambda: False)
+    monkeypatch.setenv("TWINKERNELS_POISON", "0")
+    x, off = torch.randn(4, 8), torch.zeros(2, dtype=torch.int32)
+    params = (In("off"), In("x"), 5, In("off"), In("x"), In("off"))
+    plan = LaunchPlan(kernel=object(), grid=(1, 1, 1), params=params, outputs=(OutputSpec((3,), "float32"),))
+    tensors = (0, 1, 3, 4, 5)
+    signature = tuple((t.dtype, t.device, t.data_ptr() % 16 == 0) for t in (off, x, off, x, off))
+    replay = types.SimpleNamespace(
+        direct=lambda *a: calls.append(a), tensors=tensors, signature=signature, grid=(1, 1, 1),
+        head=(), tail=(),
+    )  # fmt: skip
+    monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
+    _launch._remember(plan, {"off": off, "x": x}, [torch.empty(3)], torch.device("cpu"))
+    fast = _launch._fast.pop(id(plan))
+    assert len(fast.slots) == 2
+    x2, off2 = torch.randn(4, 8), torch.ones(2, dtype=torch.int32)
+    (out,) = fast({"off": off2, "x": x2})
+    (call,) = calls
+    p, q = off2.data_ptr(), x2.data_ptr()
+    assert call == (1, 1, 1, STREAM, p, q, 5, p, q, p, out.data_ptr())
+    assert fast({"off": off2.long(), "x": x2}) is None and len(calls) == 1
