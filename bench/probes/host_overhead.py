@@ -140,7 +140,29 @@ def _cases(torch, torch_api, triton, tl):
         out = torch_api.lightning_attn(*small, layer_idx=2, num_layers=8)[0]
         return torch.autograd.grad(out, small, sdo)
 
+    # A Llama 1B layer's heads (32 query heads on 4, D64, causal) at a
+    # length where the host is the bound: what one layer's attention costs
+    # the host in a transformers training step (issue 28), plain, with one
+    # segment of ids (the same tensor each call: its ranges are reused, as
+    # by a model's layers) and SDPA.
+    lq = rand(1, 256, 32, 64, grad=True)
+    lk, lv = (rand(1, 256, 4, 64, grad=True) for _ in range(2))
+    ldo = torch.randn_like(lq)
+    lids = torch.zeros(1, 256, dtype=torch.int32, device="cuda")
+
+    def llama_flash(**kw):
+        out = torch_api.flash_attention(lq, lk, lv, causal=True, **kw)
+        return torch.autograd.grad(out, [lq, lk, lv], ldo)
+
+    def llama_sdpa():
+        q, k, v = (t.transpose(1, 2) for t in (lq, lk, lv))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return torch.autograd.grad(out.transpose(1, 2), [lq, lk, lv], ldo)
+
     return {
+        "sdpa llama-heads causal fwd+bwd 1x256": llama_sdpa,
+        "torch flash llama-heads causal fwd+bwd 1x256": llama_flash,
+        "torch flash llama-heads one segment fwd+bwd 1x256": lambda: llama_flash(q_segment_ids=lids),
         "sdpa causal fwd+bwd 2x512x8x64": sdpa_small,
         "torch flash causal fwd+bwd 2x512x8x64": flash_small,
         "torch chunk g fwd+bwd 2x512x8x64": chunk_small,
@@ -168,9 +190,9 @@ def launch_routes(torch, torch_api):
     fa = importlib.import_module("torch_api.flash_attention")  # the module, not the function
 
     q, k, v = (torch.randn(1, 64, 1, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    a = {p.name: None for p in fa.PARAMS}
+    a = {p.name: None for p in fa.OP_PARAMS}
     a.update(query=q, key=k, value=v, causal=True)
-    plans, inputs = fa._prepare(a)
+    plans, inputs = fa.prepare(a)
     (plan,) = plans.forward
     core_launch._replays.clear()
     out = _launch.launch(plan, inputs)
@@ -233,7 +255,10 @@ def main(argv):
     for name in ("sdpa causal fwd+bwd 2x512x8x64", "torch flash causal fwd+bwd 2x512x8x64"):
         print(f"== torch.profiler, {name} (20 calls)")
         print(_torch_profile(torch, cases[name]), flush=True)
-    launch_routes(torch, torch_api)
+    try:
+        launch_routes(torch, torch_api)
+    except Exception as e:  # a stale route must not hide the cases below
+        print(f"== launch routes failed: {type(e).__name__}: {e}")
     real = _launch.launch_direct
     for name, fn in cases.items():
         host, wall = _rate(fn, torch)
