@@ -4,9 +4,13 @@ heads, head dim 64, random weights, bf16), B1 T4096, forward+backward of
 the language-model loss.  transformers' ``sdpa`` beside ours
 (``attn_implementation="twinkernels"``, torch_api.integrations.transformers)
 on one document and on 4 packed documents: packing told by restarting
-``position_ids`` (both backends read it; sdpa gets transformers' packed
-mask) and, for ours, by ``cu_seq_lens_*`` as transformers passes them to
-``flash_attention_2``.  Tokens/s from the median step time over
+``position_ids``, and for ours also by ``cu_seq_lens_*`` as transformers
+passes them to ``flash_attention_2``.  transformers 5.17's ``sdpa`` (and
+``eager``) read restarting ``position_ids`` for the rotary positions only:
+without a mask their documents attend to each other, so that row runs
+plain causal attention, as fast as one document.  The row that keeps the
+documents apart on sdpa passes a 4-D block-diagonal causal mask (``block
+mask``, :func:`block_mask`).  Tokens/s from the median step time over
 interleaved rounds (every case once a round, 3 steps each).
 ``python -m bench transformers_step``.
 """
@@ -25,6 +29,7 @@ CASES = (
     ("sdpa", 1, "positions"),
     ("twinkernels", 1, "positions"),
     ("sdpa", DOCS, "positions"),
+    ("sdpa", DOCS, "block mask"),
     ("twinkernels", DOCS, "positions"),
     ("twinkernels", DOCS, "cu_seq_lens"),
 )
@@ -44,6 +49,16 @@ def _model(torch, transformers):
     return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).cuda()
 
 
+def block_mask(torch, lens, device=None):
+    """The 4-D boolean mask ``[1, 1, T, T]`` (True: attend) of causal
+    attention within each of the packed documents of lengths ``lens``: what
+    sdpa needs to keep them apart."""
+    counts = torch.as_tensor(lens, device=device)
+    doc = torch.repeat_interleave(torch.arange(len(lens), device=device), counts)
+    t = torch.arange(len(doc), device=device)
+    return ((doc[:, None] == doc[None, :]) & (t[None, :] <= t[:, None]))[None, None]
+
+
 def _inputs(torch, docs):
     lens = np.full(docs, T // docs)
     lens[-1] += T - lens.sum()
@@ -51,7 +66,8 @@ def _inputs(torch, docs):
     cu = np.concatenate([[0], np.cumsum(lens)])
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 32000, (1, T), generator=g).cuda()
-    return ids, torch.tensor(pos[None]).cuda(), torch.tensor(cu, dtype=torch.int32).cuda(), int(lens.max())
+    positions = torch.tensor(pos[None]).cuda()
+    return ids, positions, torch.tensor(cu, dtype=torch.int32).cuda(), int(lens.max()), lens
 
 
 def run(progress=None) -> list[dict]:
@@ -64,10 +80,12 @@ def run(progress=None) -> list[dict]:
     model = _model(torch, transformers)
     steps = {}
     for impl, docs, packing in CASES:
-        ids, pos, cu, longest = _inputs(torch, docs)
+        ids, pos, cu, longest, lens = _inputs(torch, docs)
         extra = {}
         if packing == "cu_seq_lens":
             extra = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+        elif packing == "block mask":
+            extra = dict(attention_mask=block_mask(torch, lens, "cuda"))
 
         def step(ids=ids, pos=pos, extra=extra):
             model.zero_grad(set_to_none=True)
@@ -104,11 +122,14 @@ def run(progress=None) -> list[dict]:
         if progress is not None:
             progress.update(1)
     for r in rows:
-        base = next((b for b in rows if b["attention"] == "sdpa" and b["docs"] == r["docs"]), None)
-        if base is not None and "tokens/s" in r and "tokens/s" in base:
-            r["vs sdpa"] = f"{float(base['step ms']) / float(r['step ms']):.2f}x"
+        for packing, col in (("positions", "vs sdpa"), ("block mask", "vs sdpa block mask")):
+            want = ("sdpa", r["docs"], packing)
+            base = next((b for b in rows if (b["attention"], b["docs"], b["packing"]) == want), None)
+            if base is not None and "tokens/s" in r and "tokens/s" in base:
+                r[col] = f"{float(base['step ms']) / float(r['step ms']):.2f}x"
     save("transformers_step", rows, {"device": torch.cuda.get_device_name(), "T": T})
-    cols = ["attention", "docs", "packing", "step ms", "tokens/s", "vs sdpa", "rounds ms"]
+    cols = ["attention", "docs", "packing", "step ms", "tokens/s", "vs sdpa", "vs sdpa block mask"]
+    cols.append("rounds ms")
     print(markdown_table(rows, cols))
     return rows
 

@@ -27,7 +27,7 @@ def main():
     register()
     model = _model(torch, transformers)
     for impl, docs in CASES:
-        ids, pos, _, _ = _inputs(torch, docs)
+        ids, pos, _, _, _ = _inputs(torch, docs)
         model.set_attn_implementation(impl)
 
         def step(ids=ids, pos=pos):

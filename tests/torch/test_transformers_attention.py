@@ -245,6 +245,25 @@ def test_packed_sequences_match_separate_sequences(boundaries):
         )
 
 
+def test_step_bench_block_mask_keeps_sdpa_documents_apart():
+    # bench.transformers_step's sdpa baseline for packed documents: with the
+    # block mask it must compute what ours computes on the packing (each
+    # document as alone), else the bench would time other attention.
+    from bench.transformers_step import block_mask
+
+    ref, ours = _pair("llama", seed=7, reference="sdpa")
+    lengths = [5, 3, 4]
+    ids, _ = _batch("none", seed=8)
+    row = ids[0, : sum(lengths)][None]
+    positions = torch.cat([torch.arange(n) for n in lengths])[None].to(DEVICE)
+    mask = block_mask(torch, lengths, DEVICE)
+    assert mask.shape == (1, 1, 12, 12) and mask.dtype == torch.bool
+    masked = ref(input_ids=row, position_ids=positions, attention_mask=mask).logits[0]
+    packed = ours(input_ids=row, position_ids=positions).logits[0]
+    got, want = packed.detach().double().cpu().numpy(), masked.detach().cpu().numpy()
+    assert_close(got, want, "float32", "block mask")
+
+
 def test_packed_ids_made_once_a_forward(monkeypatch):
     # Every layer gets the same position_ids: the segment ids are made once
     # (the same tensor back, so flash_attention's ranges are made once too,
