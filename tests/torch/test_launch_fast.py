@@ -29,7 +29,7 @@ def fast_plan(monkeypatch, request):
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
     monkeypatch.setattr(core_launch, "_hooks_set", lambda: False)
-    monkeypatch.setenv("TWINKERNELS_POISON", "0")
+    monkeypatch.setattr(_launch, "POISON", False)
     plan = LaunchPlan(
         kernel=object(),
         grid=(3, 2, 1),
@@ -103,7 +103,7 @@ def test_fast_launch_steps_aside(fast_plan, change, monkeypatch):
 
 def test_fast_launch_poisons_outputs_in_tests(fast_plan, monkeypatch):
     fast, inputs, _ = fast_plan
-    monkeypatch.setenv("TWINKERNELS_POISON", "1")
+    monkeypatch.setattr(_launch, "POISON", True)
     out, filled = fast(inputs)
     if fast.plan.aliases:  # the first launch's values: never poisoned
         assert out is inputs["y"] and not torch.isnan(out).any()
@@ -141,7 +141,7 @@ def test_fast_launch_fills_every_position_of_a_repeated_input(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: -1, raising=False)
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
     monkeypatch.setattr(core_launch, "_hooks_set", lambda: False)
-    monkeypatch.setenv("TWINKERNELS_POISON", "0")
+    monkeypatch.setattr(_launch, "POISON", False)
     x, off = torch.randn(4, 8), torch.zeros(2, dtype=torch.int32)
     params = (In("off"), In("x"), 5, In("off"), In("x"), In("off"))
     plan = LaunchPlan(kernel=object(), grid=(1, 1, 1), params=params, outputs=(OutputSpec((3,), "float32"),))
@@ -161,3 +161,9 @@ def test_fast_launch_fills_every_position_of_a_repeated_input(monkeypatch):
     p, q = off2.data_ptr(), x2.data_ptr()
     assert call == (1, 1, 1, STREAM, p, q, 5, p, q, p, out.data_ptr())
     assert fast({"off": off2.long(), "x": x2}) is None and len(calls) == 1
+
+
+def test_outputs_are_poisoned_in_the_suite():
+    """tests/conftest.py sets TWINKERNELS_POISON=1 before the binding is
+    imported, which reads it once: every launch's outputs start as NaN."""
+    assert _launch.POISON and _launch.poison_outputs()
