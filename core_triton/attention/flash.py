@@ -50,18 +50,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core_triton.attention import flash_configs, flash_tma_plans
-from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel, flash_bwd_dq_kernel
 from core_triton.attention.flash_bwd_plans import GradShared, backward_plans
 from core_triton.attention.flash_configs import (
     FIXED,
     FLOAT32_256,
     FWD_CONFIGS,
+    KERNELS,
     length_class,
     measured_choice,
     stride_hint_bits,
     tuned_kernel,
 )
-from core_triton.attention.flash_fwd import flash_fwd_kernel
 from core_triton.attention.flash_options import (  # noqa: F401 (the op's public helpers)
     MAX_HEAD_DIM,
     AttentionCall,
@@ -296,8 +295,7 @@ def attention_plans(
             return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None
         bm, bn, w, s = chosen
         block = {"BM": bm, "BN": bn}
-        kernel = {"fwd": flash_fwd_kernel, "dkdv": flash_bwd_dkdv_kernel, "dq": flash_bwd_dq_kernel}[kind[0]]
-        return kernel, (cdiv(rows, block[kind[1]]), programs), block, w, s
+        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s
 
     index_inputs = (
         In("qoff"),

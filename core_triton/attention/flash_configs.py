@@ -36,6 +36,9 @@ DQ_CONFIGS = {
     128: [(32, 32, 4, 1), (128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3)],
     256: [(32, 32, 4, 1), (64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)],
 }
+# Each kind's kernel and candidate tiles ("fwd", "dkdv", "dq").
+KERNELS = {"fwd": flash_fwd_kernel, "dkdv": flash_bwd_dkdv_kernel, "dq": flash_bwd_dq_kernel}
+CONFIGS = {"fwd": FWD_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}
 # Features that are rarer get one fixed config (index into the lists above)
 # instead of an autotuning sweep: every flag combination would otherwise
 # compile and time every config.
@@ -205,14 +208,9 @@ def tuned_kernel(kind: str, dim_class: int, length: int):
     """The autotuned ``kind`` kernel ("fwd", "dkdv", "dq") of a head-dim
     class and a :func:`length_class`: one autotuner (and one pick per key)
     each; the compiled kernels are shared."""
-    kernel, table = {
-        "fwd": (flash_fwd_kernel, FWD_CONFIGS),
-        "dkdv": (flash_bwd_dkdv_kernel, DKDV_CONFIGS),
-        "dq": (flash_bwd_dq_kernel, DQ_CONFIGS),
-    }[kind]
     # dK/dV: the split (its programs' count and length) is in the key too.
     key = _KEY + (["splits"] if kind == "dkdv" else [])
-    return autotune(configs=_configs(table[dim_class]), key=key)(kernel)
+    return autotune(configs=_configs(CONFIGS[kind][dim_class]), key=key)(KERNELS[kind])
 
 
 def dim_class(bd: int) -> int:

@@ -127,7 +127,6 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
     flash.attention_plans.cache_clear()
     try:
         c = flash_configs
-        tables = {"fwd": c.FWD_CONFIGS, "dkdv": c.DKDV_CONFIGS, "dq": c.DQ_CONFIGS}
         for dtype in ("float32", "bfloat16"):
             q = _info((2, 300, 4, D), dtype)
             for causal in (False, True):
@@ -138,7 +137,7 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
                 for kind, plan in launches:
                     assert not hasattr(plan.kernel, "configs"), (dtype, causal, plan.kernel)
                     got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
-                    table = tables[kind][64]
+                    table = c.CONFIGS[kind][64]
                     if D == 128:
                         want = flash_configs.measured_choice(kind, 128, causal, 300, 300)
                     elif dtype == "bfloat16":  # a group of 1: no dK/dV split
@@ -176,12 +175,7 @@ def test_head_dim_64_measured_tiles(kind, causal, length, ranged, splits, want, 
     got = flash_configs.measured_choice(kind, 64, causal, length, length // 2, ranged, splits)
     assert got == want
     if want is not None:
-        assert (
-            want
-            in {"fwd": flash_configs.FWD_CONFIGS, "dkdv": flash_configs.DKDV_CONFIGS}.get(
-                kind, flash_configs.DQ_CONFIGS
-            )[64]
-        )
+        assert want in flash_configs.CONFIGS[kind][64]
     assert flash_configs.measured_choice(kind, 64, causal, length, length, ranged, splits, half=False) is None
 
 

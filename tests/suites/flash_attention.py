@@ -469,11 +469,8 @@ class FlashAttentionSuite(KernelLevelCases):
         from core_triton.attention import flash, flash_configs
         from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel
 
-        tables = {"fwd": flash_configs.FWD_CONFIGS, "dkdv": flash_configs.DKDV_CONFIGS}
-        tables["dq"] = flash_configs.DQ_CONFIGS
-
         def forced(kind, *_):
-            table = tables[kind][64]
+            table = flash_configs.CONFIGS[kind][64]
             return table[min(index, len(table) - 1)]
 
         monkeypatch.setattr(flash, "measured_choice", forced)
