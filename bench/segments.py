@@ -111,8 +111,7 @@ def _group_fns(torch, torch_api, tensors, n, lens):
         if kind == "plain" and n > 1:
             continue
         if binding == "jax":
-            f, fb, block = _jax_fns(tensors, kind, lens)
-            fns[kind, binding] = (f, fb, block)
+            fns[kind, binding] = _jax_fns(tensors, kind, lens)
         else:
             fns[kind, binding] = (*_torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens), sync)
     return fns
