@@ -4,8 +4,8 @@ jax_api._op, the runner of the ops core_triton describes as OpPlans, which
 this op does not use: its backward depends on which inputs JAX
 differentiates and on the ``lse`` cotangent, which OpPlans does not express.
 
-One ``jax.custom_vjp`` over the forward launch; the backward runs the
-preprocess, dK/dV and dQ launches.  Segment ids, positions and the piece
+One ``jax.custom_vjp`` over the forward launch; the backward runs the dQ
+launch (which also makes delta) and the dK/dV launch.  Segment ids, positions and the piece
 offsets are index inputs: they may be traced and get float0 cotangents.
 
 A bias that needs no gradient.  Both bindings take the same arguments, so
@@ -130,7 +130,7 @@ def _backward(options, need_sink, need_bias, groups, q, k, v, sink, b, idx, out,
     (``[groups, *shape]``; jax_api._fold)."""
     plans = _plans_for(options, q, k, v, sink, b, idx)
     shared_bias = need_bias and groups > 1 and b.shape[0] != q.shape[0]
-    steps = (plans.preprocess(info(out), info(dout)), *plans.grads(info(dout)))
+    steps = plans.grads(info(dout), info(out), dlse is not None)
     steps = (*steps, plans.dbias(info(dout)) if need_bias and not shared_bias else None)
     inputs = {"q": q, "k": k, "v": v, **idx}
     if b is not None:

@@ -111,12 +111,13 @@ def _plan_call(a):
 _grad_memo: dict = {}
 
 
-def grad_plans(plans, out, dout):
-    """The backward's plans (preprocess, dK/dV, dQ) for a cotangent's layout."""
-    key = (id(plans), dout.shape, dout.stride(), dout.dtype, out.stride())
+def grad_plans(plans, out, dout, dlse: bool):
+    """The backward's plans (dK/dV, dQ) for a cotangent's and the output's
+    layouts; ``dlse``: whether an ``lse`` cotangent comes too."""
+    key = (id(plans), dout.shape, dout.stride(), dout.dtype, out.stride(), dlse)
     found = _grad_memo.get(key)
     if found is None or found[0] is not plans:
-        found = (plans, plans.preprocess(info(out), info(dout)), *plans.grads(info(dout)))
+        found = (plans, *plans.grads(info(dout), info(out), dlse))
         if len(_grad_memo) >= _MEMO_LIMIT:
             _grad_memo.clear()
         _grad_memo[key] = found

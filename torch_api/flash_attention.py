@@ -2,8 +2,8 @@
 the op ``twinkernels::flash_attention`` (its plans and launch inputs:
 torch_api._flash).
 
-The forward is one launch; the backward runs the preprocess, dK/dV and dQ
-launches, and the bias-gradient launch only when autograd says the bias
+The forward is one launch; the backward runs the dQ launch (which also
+makes delta) and the dK/dV launch, and the bias-gradient launch only when autograd says the bias
 needs one (a bias with ``requires_grad=False`` costs no gradient work and
 no buffer).  Non-contiguous query/key/value/bias are read through their
 strides.
@@ -37,7 +37,8 @@ def _backward(a, outputs, extras, cotangents, needs, state):
     dout, dlse = cotangents
     dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)
     need = dict(zip(_TENSORS, needs, strict=True))
-    steps = (*grad_plans(plans, out, dout), plans.dbias(info(dout)) if need["bias"] else None)
+    dbias = plans.dbias(info(dout)) if need["bias"] else None
+    steps = (*grad_plans(plans, out, dout, dlse is not None), dbias)
     dq, dk, dv, db, delta = flash_call.gradients(launch, _cast, steps, inputs, out, lse, dout, dlse)
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
@@ -46,7 +47,9 @@ def _backward(a, outputs, extras, cotangents, needs, state):
 
 
 def _cast(x, dtype):
-    return x.to(dtype)
+    # The lse cotangent, read as a contiguous [B, HQ, Tq] (autograd may hand
+    # over an expanded one).
+    return x.to(dtype).contiguous()
 
 
 def _empty(spec, device):

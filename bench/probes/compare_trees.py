@@ -14,7 +14,10 @@ H8 D64 (flash causal, chunk with ``g``, lightning), host-bound, in us per
 call, with SDPA's in each process as the host's yardstick.  With
 ``COMPARE_CASES=linear``: ``chunk_linear_attn`` with ``g`` and lightning,
 forward and forward+backward, at B4 T4096 and B1 T32768 (H16, K = V = 128,
-bf16), PyTorch, in ms.
+bf16), PyTorch, in ms.  With ``COMPARE_CASES=llama``: flash at a Llama 1B
+layer's heads (B1 T4k, 32 query heads on 4, D64, causal) forward+backward,
+plain, one segment of ids, 4 documents by ids and by ``cu_seqlens``, both
+bindings, in ms; and the host-bound eager call at T256 in us.
 """
 
 from __future__ import annotations
@@ -113,6 +116,47 @@ for B, T in ((4, 4096), (1, 32768)):
         print(f"RESULT linear B{B} T{T} {name} {timed(fn, 10, 5, 3) * 1e3:.3f} ms", flush=True)
 """
 
+_LLAMA = r"""
+import jax, jax.numpy as jnp
+import jax_api
+
+
+def jtimed(fn, iters, reps, warmup):
+    for _ in range(warmup):
+        jax.block_until_ready(fn())
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(iters):
+            r = fn()
+        jax.block_until_ready(r)
+        out.append((time.perf_counter() - t) / iters)
+    return statistics.median(out)
+
+T, HQ, H, D = 4096, 32, 4, 64
+q, do = (torch.randn(1, T, HQ, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+k, v = (torch.randn(1, T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+jx = [jnp.from_dlpack(x) for x in (q, k, v, do)]
+one = torch.zeros(1, T, dtype=torch.int32, device="cuda")
+docs = torch.arange(T, device="cuda", dtype=torch.int32)[None] // (T // 4)
+cu = torch.arange(0, T + 1, T // 4, device="cuda", dtype=torch.int32)
+for name, kw in (("plain", {}), ("one segment", {"q_segment_ids": one}), ("4 docs ids", {"q_segment_ids": docs}),
+                 ("4 docs cu_seqlens", {"cu_seqlens": cu})):
+    tfn = lambda kw=kw: torch.autograd.grad(torch_api.flash_attention(*leaves, causal=True, **kw), leaves, do)
+    jkw = {n: jnp.from_dlpack(t) for n, t in kw.items()}
+    jfn = jax.jit(lambda a, b, c, d, kw: jax.vjp(lambda *x: jax_api.flash_attention(*x, causal=True, **kw), a, b, c)[1](d))
+    print(f"RESULT llama {name} torch fwd+bwd {timed(tfn, 20, 5, 3) * 1e3:.3f} ms", flush=True)
+    jt = jtimed(lambda: jfn(*jx, jkw), 20, 5, 3)
+    print(f"RESULT llama {name} jax fwd+bwd {jt * 1e3:.3f} ms", flush=True)
+lq = torch.randn(1, 256, HQ, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+lk, lv = (torch.randn(1, 256, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+ldo, lone = torch.randn_like(lq), torch.zeros(1, 256, dtype=torch.int32, device="cuda")
+for name, kw in (("plain", {}), ("one segment", {"q_segment_ids": lone})):
+    fn = lambda kw=kw: torch.autograd.grad(torch_api.flash_attention(lq, lk, lv, causal=True, **kw), [lq, lk, lv], ldo)
+    print(f"RESULT latency llama heads T256 {name} fwd+bwd {timed(fn, 50, 7, 5) * 1e6:.1f} us", flush=True)
+"""
+
 _LATENCY = r"""
 
 x = [torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
@@ -137,8 +181,10 @@ def _run(tree: str) -> dict[str, str]:
         os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])
     )
     env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    torch_only = {"latency": _LATENCY, "linear": _LINEAR}.get(os.environ.get("COMPARE_CASES", ""))
-    cases = _CASES if torch_only is None else _TORCH_PRELUDE + torch_only
+    chosen = {"latency": _LATENCY, "linear": _LINEAR, "llama": _LLAMA}.get(
+        os.environ.get("COMPARE_CASES", "")
+    )
+    cases = _CASES if chosen is None else _TORCH_PRELUDE + chosen
     # cwd: ``python -c`` puts the working directory first on sys.path, so
     # run from the tree (from the checkout, both runs imported its code).
     proc = subprocess.run(

@@ -10,9 +10,8 @@ Launches (all inputs named as below; absent optional inputs are replaced by
 a dummy pointer and a constexpr flag):
 
 * forward: ``flash_fwd_kernel`` -> ``(out, lse)``;
-* backward: ``flash_bwd_preprocess_kernel`` (``o``, ``do``) -> ``delta``,
-  then ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` and
-  ``flash_bwd_dq_kernel`` -> ``dq``;
+* backward: ``flash_bwd_dq_kernel`` (``o``, ``do``, optional ``dlse``) ->
+  ``(dq, delta)``, then ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)``;
 * with segment ranges (segment ids, packed input), each of the three main
   kernels runs as a gated pair (:func:`gated_pair`): the rows whose segment
   holds the whole other side go through the kernel of plain attention,
@@ -125,16 +124,17 @@ def _replan(table: dict, configs: dict | None) -> None:
 class AttentionPlans:
     """``forward``: the launches (one, or a gated pair), inputs ``q, k, v,
     qoff, koff`` and the optional ones, outputs ``(out, lse)`` (run them
-    with ``run_steps``).  ``preprocess(o, do)`` -> delta; ``grads(do)`` ->
-    ``(dkdv, dq)``, each a tuple of launches likewise, taking also ``lse``
-    and ``delta``.  ``dbias(do)``: the bias-gradient launch (same inputs as
-    ``grads``; output ``dbias`` in the bias's shape and dtype, its columns
-    the *local* keys ``0..Tk-1``), None without a bias; launch it only when
-    the bias needs a gradient."""
+    with ``run_steps``).  ``grads(do, o, dlse)`` -> ``(dkdv, dq)``, each a
+    tuple of launches likewise, taking also ``lse``: the dQ launches first
+    (inputs ``o``, ``do`` and, where ``dlse``, the ``lse`` cotangent
+    ``dlse``; outputs ``dq`` and ``delta``), then the dK/dV ones, which
+    read ``delta`` (flash_bwd_plans).  ``dbias(do)``: the bias-gradient
+    launch (the dK/dV launches' inputs; output ``dbias`` in the bias's
+    shape and dtype, its columns the *local* keys ``0..Tk-1``), None
+    without a bias; launch it only when the bias needs a gradient."""
 
     forward: tuple[LaunchPlan, ...]
-    preprocess: Callable[[TensorInfo, TensorInfo], LaunchPlan]
-    grads: Callable[[TensorInfo], tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]]
+    grads: Callable[..., tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]]
     dbias: Callable[[TensorInfo], LaunchPlan | None]
     qoff: tuple[int, ...]
     koff: tuple[int, ...]
@@ -392,8 +392,8 @@ def attention_plans(
     )
     shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
                         kernel_and_grid, gated_pair if ranged else None)  # fmt: skip
-    preprocess, grads, dbias = backward_plans(shared)
-    return AttentionPlans(forward, preprocess, grads, dbias, tuple(qoff), tuple(koff))
+    grads, dbias = backward_plans(shared)
+    return AttentionPlans(forward, grads, dbias, tuple(qoff), tuple(koff))
 
 
 @cached_checks(maxsize=1024)

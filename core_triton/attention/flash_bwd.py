@@ -1,18 +1,25 @@
 """Flash-attention backward kernels (FlashAttention-2, no atomics).
 
 Given the forward's ``lse [B, HQ, Tq]`` (natural log, ``-inf`` for empty
-rows) and ``delta = rowsum(dO * O) [B, HQ, Tq]`` float32 (the preprocess
-kernel), the probabilities are recomputed block by block as
+rows) and ``delta = rowsum(dO * O) [B, HQ, Tq]`` float32 (less the ``lse``
+cotangent when there is one; the dQ kernel makes it), the probabilities are
+recomputed block by block as
 ``p = exp(s - lse)`` and
 
     dV += p^T dO,   dP = dO V^T,   dS = p * (dP - delta),
     dQ += scale * dS' K,   dK += scale * dS'^T Q,   dbias = sum dS,
 
 with ``dS' = dS * (1 - tanh^2)`` under a logits soft cap.  Because ``lse``
-and ``delta`` come in from outside, a ring passes the *global* ones and each
-(query shard, key shard) pair gives its exact share of the gradients.
+comes in from outside and ``delta`` from the output, a ring passes the
+*global* ``lse`` and output (so every step's ``delta`` is the global one)
+and each (query shard, key shard) pair gives its exact share of the
+gradients.
 
-* ``flash_bwd_preprocess_kernel``: ``delta``; grid ``(cdiv(Tq, BM), B*HQ)``.
+* ``flash_bwd_dq_kernel`` (first): one program owns ``BM`` queries of one
+  (batch, query head) and walks the key blocks, as the forward does; it
+  also writes ``delta`` for its rows (from the ``o`` and ``dO`` tiles, less
+  ``dlse``), which the launches after it read.  Grid ``(cdiv(Tq, BM),
+  B*HQ)``.
 * ``flash_bwd_dkdv_kernel``: one program owns ``BN`` keys of one (batch,
   key head) and walks the query blocks that can see them, for every query
   head of its group (grouped-query dK/dV are summed in registers).  Grid
@@ -21,9 +28,6 @@ and ``delta`` come in from outside, a ring passes the *global* ones and each
   programs per key block, each writing float32 partial sums ``[splits, B,
   Tk, H, D]``, and ``flash_bwd_split_sum_kernel`` adds them up in a fixed
   order.
-* ``flash_bwd_dq_kernel``: one program owns ``BM`` queries of one (batch,
-  query head) and walks the key blocks, as the forward does.  Grid
-  ``(cdiv(Tq, BM), B*HQ)``.
 * ``flash_bwd_dbias_kernel`` (only when the bias needs a gradient): one
   program owns a ``BM x BN`` tile of one ``(b, h)`` slice of the bias and
   sums ``dS`` over the batches and heads that the bias is broadcast over,
@@ -42,11 +46,15 @@ import triton.language as tl
 
 from core_triton.attention.flash_common import (
     LOG2E,
+    OB,
+    OH,
+    OT,
     allowed_mask,
     block_can_be_allowed,
     block_ids,
     block_positions,
     gated_rows,
+    hinted,
     hinted_strides,
     id_ranges,
     load_tile,
@@ -61,48 +69,6 @@ from core_triton.attention.flash_common import (
 )
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.runtime import jit
-
-
-@jit(sizes=("Tq",))
-def flash_bwd_preprocess_kernel(
-    OUT,
-    DO,
-    Tq,
-    HQ,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_od,
-    stride_dob,
-    stride_dot,
-    stride_doh,
-    stride_dod,
-    DELTA,
-    DV: tl.constexpr,
-    BDV: tl.constexpr,
-    BM: tl.constexpr,
-):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // HQ).to(tl.int64)
-    hq = (pid_bh % HQ).to(tl.int64)
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    rows = offs_m.to(tl.int64)
-    offs_dv = tl.arange(0, BDV)
-    valid = offs_m < Tq
-    m = valid[:, None] & (offs_dv < DV)[None, :]
-    o = tl.load(
-        OUT + b * stride_ob + hq * stride_oh + rows[:, None] * stride_ot + offs_dv[None, :] * stride_od,
-        mask=m,
-        other=0.0,
-    )
-    do = tl.load(
-        DO + b * stride_dob + hq * stride_doh + rows[:, None] * stride_dot + offs_dv[None, :] * stride_dod,
-        mask=m,
-        other=0.0,
-    )
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(DELTA + (b * HQ + hq) * Tq + offs_m, delta, mask=valid)
 
 
 @triton.jit
@@ -513,7 +479,7 @@ def flash_bwd_dq_kernel(
     V,
     DO,
     LSE,
-    DELTA,
+    OUT,
     QOFF,
     KOFF,
     QPOS,
@@ -533,6 +499,7 @@ def flash_bwd_dq_kernel(
     k_chunk,
     group,
     HQ,
+    DLSE,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -557,8 +524,14 @@ def flash_bwd_dq_kernel(
     stride_bh,
     stride_bm,
     stride_bn,
+    stride_ob,
+    stride_ot,
+    stride_oh,
+    stride_od,
     DQ_IN,
+    DELTA_IN,
     DQ_OUT,
+    DELTA_OUT,
     D: tl.constexpr,
     DV: tl.constexpr,
     BD: tl.constexpr,
@@ -577,14 +550,19 @@ def flash_bwd_dq_kernel(
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
+    HAS_DLSE: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
-    # (flash_common.gated_rows) and writes DQ_OUT in full for the others.
-    # DQ_IN: the same buffers as DQ_OUT, passed so that the second
-    # launch can alias them; never read.
+    # (flash_common.gated_rows) and writes DQ_OUT/DELTA_OUT in full for the
+    # others.  DQ_IN/DELTA_IN: the same buffers as DQ_OUT/DELTA_OUT, passed
+    # so that the second launch can alias them; never read.
+    # This kernel makes the backward's delta (rowsum(out * dout), less the
+    # lse cotangent DLSE where HAS_DLSE) from the tiles it loads anyway and
+    # writes it for the dK/dV and bias-gradient launches after it: no
+    # launch of its own, and out/dout are read once more, not twice.
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).
@@ -640,7 +618,18 @@ def flash_bwd_dq_kernel(
     row_base = (b64 * HQ + hq) * Tq
     lse = tl.load(LSE + row_base + offs_m, mask=qvalid, other=0.0)
     lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
-    delta = tl.load(DELTA + row_base + offs_m, mask=qvalid, other=0.0)
+    stride_ob = hinted(stride_ob, DIV16, OB)
+    stride_ot = hinted(stride_ot, DIV16, OT)
+    stride_oh = hinted(stride_oh, DIV16, OH)
+    o = load_tile(
+        OUT + b64 * stride_ob + hq.to(tl.int64) * stride_oh + rows[:, None] * stride_ot
+        + offs_dv[None, :] * stride_od,
+        qvalid, offs_dv < DV, True, DV != BDV,
+    )  # fmt: skip
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    if HAS_DLSE:
+        delta -= tl.load(DLSE + row_base + offs_m, mask=qvalid, other=0.0)
+    tl.store(DELTA_OUT + row_base + offs_m, delta, mask=qvalid)
     K_bh = K + b64 * stride_kb + h.to(tl.int64) * stride_kh
     V_bh = V + b64 * stride_vb + h.to(tl.int64) * stride_vh
     KPOS_b = KPOS + b64 * stride_pkb

@@ -1,14 +1,15 @@
 """``flash_attention``'s gradient launches (flash.py's ``AttentionPlans``
-``preprocess``, ``grads`` and ``dbias``), planned from what the forward's
-plan worked out (:class:`GradShared`).
+``grads`` and ``dbias``), planned from what the forward's plan worked out
+(:class:`GradShared`).
 
-* ``preprocess(o, do)``: ``flash_bwd_preprocess_kernel`` -> ``delta [B,
-  HQ, Tq]`` float32 (the rows' ``sum(o * do)``);
-* ``grads(do)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a program per
-  key block, or per key block and share of the query-head group, then
-  ``flash_bwd_split_sum_kernel`` adding the shares' float32 partials) and
-  ``flash_bwd_dq_kernel`` -> ``dq`` (per query block), each a tuple of
-  launches (a gated pair with segment ranges, flash.gated_pair);
+* ``grads(do, o, dlse)``: ``flash_bwd_dkdv_kernel`` -> ``(dk, dv)`` (a
+  program per key block, or per key block and share of the query-head
+  group, then ``flash_bwd_split_sum_kernel`` adding the shares' float32
+  partials) and ``flash_bwd_dq_kernel`` -> ``(dq, delta)`` (per query
+  block; ``delta [B, HQ, Tq]`` float32, the rows' ``sum(o * do)`` less the
+  ``lse`` cotangent, read by the dK/dV and bias-gradient launches, so the
+  dQ launches run first), each a tuple of launches (a gated pair with
+  segment ranges, flash.gated_pair);
 * ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
   shape and dtype, None without a bias.
 """
@@ -19,15 +20,11 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core_triton.attention.flash_bwd import (
-    flash_bwd_dbias_kernel,
-    flash_bwd_preprocess_kernel,
-    flash_bwd_split_sum_kernel,
-)
+from core_triton.attention.flash_bwd import flash_bwd_dbias_kernel, flash_bwd_split_sum_kernel
 from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, dkdv_splits, stride_hint_bits
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import interpreter_requested, multiprocessor_count
-from core_triton.common.utils import cdiv, next_power_of_2
+from core_triton.common.runtime import multiprocessor_count
+from core_triton.common.utils import cdiv
 
 # Elements a program of the split sum adds (flash_bwd_split_sum_kernel).
 _SUM_BLOCK = 1024
@@ -74,34 +71,26 @@ class GradShared:
 
 
 def backward_plans(shared: GradShared):
-    """``(preprocess, grads, dbias)``: functions of the output's and
-    cotangent's layouts that return the launches (cached per layout)."""
+    """``(grads, dbias)``: functions of the cotangent's (and output's)
+    layouts that return the launches (cached per layout)."""
     q, k, v, bias = shared.q, shared.k, shared.v, shared.bias
     common, grad_params, aux_strides = shared.common, shared.grad_params, shared.aux_strides
     grad_dtype, config, kernel_and_grid = shared.grad_dtype, shared.config, shared.kernel_and_grid
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     DV = v.shape[3]
-    BDV = max(16, next_power_of_2(DV))
 
     # Cached: the torch binding replays a plan's compiled launch only when
     # the same plan object comes back (core_triton.common.launch).
     @functools.lru_cache(maxsize=8)
-    def preprocess(o: TensorInfo, do: TensorInfo) -> LaunchPlan:
-        bm = 32 if interpreter_requested() else 64
-        return LaunchPlan(
-            kernel=flash_bwd_preprocess_kernel,
-            grid=(cdiv(Tq, bm), B * HQ),
-            params=(In("o"), In("do"), Tq, HQ, *o.strides, *do.strides),
-            outputs=(OutputSpec((B, HQ, Tq), "float32"),),
-            output_names=("delta",),
-            constexprs=dict(DV=DV, BDV=BDV, BM=bm),
-            num_warps=4,
-            num_stages=1,
-        )
-
-    @functools.lru_cache(maxsize=8)
-    def grads(do: TensorInfo) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
+    def grads(
+        do: TensorInfo, o: TensorInfo | None = None, dlse: bool = False
+    ) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
+        """``(dkdv_steps, dq_steps)`` for a cotangent ``do`` and an output
+        ``o`` of these layouts (``o``: ``do``'s when None); ``dlse``:
+        whether the dQ launch subtracts an ``lse`` cotangent (input
+        ``dlse``, ``[B, HQ, Tq]`` float32, contiguous)."""
+        o = do if o is None else o
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
@@ -147,13 +136,24 @@ def backward_plans(shared: GradShared):
             )
         dq_tiles = functools.partial(kernel_and_grid, ("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
         kernel, grid, block, w, s = dq_tiles()
+        # The dQ kernel reads the output where the others read delta (it
+        # makes delta: flash_bwd.flash_bwd_dq_kernel).
+        dq_params = tuple(In("o") if p == In("delta") else p for p in grad_params)
         dq = LaunchPlan(
             kernel=kernel,
             grid=grid,
-            params=(*grad_params, HQ, *strides, In("q")),  # DQ_IN: flash.gated_pair
-            outputs=(OutputSpec((B, Tq, HQ, D), gdt),),
-            output_names=("dq",),
-            constexprs=dict(consts, **block),
+            params=(
+                *dq_params,
+                HQ,
+                In("dlse") if dlse else In("q"),
+                *strides,
+                *o.strides,
+                In("q"),
+                In("q"),  # DQ_IN, DELTA_IN: flash.gated_pair
+            ),  # fmt: skip
+            outputs=(OutputSpec((B, Tq, HQ, D), gdt), OutputSpec((B, HQ, Tq), "float32")),
+            output_names=("dq", "delta"),
+            constexprs=dict(consts, DIV16=stride_hint_bits(q, k, v, do, o), HAS_DLSE=dlse, **block),
             num_warps=w,
             num_stages=s,
         )
@@ -180,4 +180,4 @@ def backward_plans(shared: GradShared):
             num_stages=s,
         )
 
-    return preprocess, grads, dbias
+    return grads, dbias

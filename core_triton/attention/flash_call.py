@@ -33,30 +33,27 @@ def call_plans(
     return plans, return_lse, index, launches
 
 
-def delta(launch: Callable, cast: Callable, preprocess: LaunchPlan, out, dout, dlse):
-    """The backward's ``delta [B, HQ, Tq]`` float32 (``rowsum(out * dout)``,
-    the preprocess launch), less the ``lse`` cotangent ``dlse`` unless it is
-    None (an unused ``lse``, the usual case: nothing to subtract)."""
-    (d,) = launch(preprocess, {"o": out, "do": dout})
-    return d if dlse is None else d - cast(dlse, d.dtype)
-
-
 def gradients(launch: Callable, cast: Callable, steps: tuple, inputs: dict, out, lse, dout, dlse):
     """``(dq, dk, dv, dbias, delta)``: the attention's backward on the
-    forward's ``inputs`` (by the plans' names).  ``steps``: the preprocess,
-    dK/dV, dQ and bias-gradient plans, the last None when the bias needs no
-    gradient (nothing is launched or allocated for it then; else the bias's
-    shape and dtype, reduced over broadcast dims inside the launch)."""
-    preprocess, *grad_steps = steps
-    d = delta(launch, cast, preprocess, out, dout, dlse)
-    dq, dk, dv, db = grads(launch, *grad_steps, {**inputs, "do": dout, "lse": lse, "delta": d})
-    return dq, dk, dv, db, d
+    forward's ``inputs`` (by the plans' names).  ``steps``: the dK/dV, dQ
+    and bias-gradient plans (``plans.grads(do, o, dlse is not None)``, then
+    ``dbias``), the last None when the bias needs no gradient (nothing is
+    launched or allocated for it then; else the bias's shape and dtype,
+    reduced over broadcast dims inside the launch).  ``delta [B, HQ, Tq]``
+    float32: ``rowsum(out * dout)`` less ``dlse``, the ``lse`` cotangent
+    (None: an unused ``lse``, the usual case)."""
+    inputs = {**inputs, "o": out, "do": dout, "lse": lse}
+    if dlse is not None:
+        inputs["dlse"] = cast(dlse, lse.dtype)
+    return grads(launch, *steps, inputs)
 
 
 def grads(launch: Callable, dkdv_steps: tuple, dq_steps: tuple, dbias_plan: LaunchPlan | None, inputs: dict):
-    """``(dq, dk, dv, dbias)`` of one set of backward ``inputs`` (a ring
-    step's too): the dK/dV and dQ launches, then the bias gradient's where
-    ``dbias_plan`` is not None (else None)."""
+    """``(dq, dk, dv, dbias, delta)`` of one set of backward ``inputs`` (a
+    ring step's too): the dQ launches, which make ``delta``, then the dK/dV
+    launches and the bias gradient's where ``dbias_plan`` is not None (else
+    None)."""
+    dq, delta = run_steps(dq_steps, inputs, launch)
+    inputs = {**inputs, "delta": delta}
     dk, dv = run_steps(dkdv_steps, inputs, launch)
-    (dq,) = run_steps(dq_steps, inputs, launch)
-    return dq, dk, dv, (None if dbias_plan is None else launch(dbias_plan, inputs)[0])
+    return dq, dk, dv, (None if dbias_plan is None else launch(dbias_plan, inputs)[0]), delta

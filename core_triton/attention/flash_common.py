@@ -45,10 +45,13 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 # The strides a flash kernel's DIV16 speaks of, bit ``i`` for the ``i``-th
 # (flash_configs.stride_hint_bits sets them): the row strides of q, k, v and
-# dO, then the batch and head strides of each.  The forward has no dO: its
-# bits stay 0.  Each name below is its bit's mask.
-HINTED = ("qt", "kt", "vt", "dot", "qb", "qh", "kb", "kh", "vb", "vh", "dob", "doh")
-QT, KT, VT, DOT, QB, QH, KB, KH, VB, VH, DOB, DOH = (tl.constexpr(1 << i) for i in range(len(HINTED)))
+# dO, then the batch and head strides of each, then the output's row, batch
+# and head strides (read by the dQ kernel only).  The forward has no dO and
+# reads no output: those bits stay 0.  Each name below is its bit's mask.
+HINTED = ("qt", "kt", "vt", "dot", "qb", "qh", "kb", "kh", "vb", "vh", "dob", "doh", "ot", "ob", "oh")
+(QT, KT, VT, DOT, QB, QH, KB, KH, VB, VH, DOB, DOH, OT, OB, OH) = (
+    tl.constexpr(1 << i) for i in range(len(HINTED))
+)
 
 
 @triton.jit

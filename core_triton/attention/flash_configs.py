@@ -217,13 +217,15 @@ def dim_class(bd: int) -> int:
     return 64 if bd <= 64 else 128 if bd <= 128 else 256
 
 
-def stride_hint_bits(q: TensorInfo, k: TensorInfo, v: TensorInfo, do: TensorInfo | None = None) -> int:
+def stride_hint_bits(
+    q: TensorInfo, k: TensorInfo, v: TensorInfo, do: TensorInfo | None = None, o: TensorInfo | None = None
+) -> int:
     """A flash kernel's ``DIV16``: bit ``i`` set where the ``i``-th stride
     of flash_common.HINTED (``[B, T, H, D]`` tensors' time, batch and head
     strides) is a multiple of 16 (and not 0 or 1); without ``do`` (the
-    forward) its bits stay 0."""
+    forward) or ``o`` (all but the dQ kernel) their bits stay 0."""
     strides = {}
-    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
+    for name, t in (("q", q), ("k", k), ("v", v), ("do", do), ("o", o)):
         if t is not None:
             strides.update({name + "t": t.strides[1], name + "b": t.strides[0], name + "h": t.strides[2]})
     values = (strides.get(name, 0) for name in HINTED)

@@ -115,18 +115,21 @@ def backward(
     ring: RingBackend, plans, schedule: RingSchedule, q, kv, fixed, bias, out, lse, dout, dlse, need_db
 ):
     """``(dq, dk, dv, db, delta)``: the gradients in the inputs' dtypes
-    (``db`` None unless ``need_db``), and the preprocess's ``delta [B, HQ,
-    T_local]`` float32 (less ``dlse``, the lse cotangent, unless None) for
-    the sinks' gradient.  ``kv``, ``fixed``: as for :func:`forward`.
+    (``db`` None unless ``need_db``), and ``delta [B, HQ, T_local]``
+    float32 (``rowsum(out * dout)`` less ``dlse``, the lse cotangent,
+    unless None) for the sinks' gradient: each step's dQ launch makes it
+    from the global ``out`` and ``dout``, the same at every step, and the
+    home step's is returned.  ``kv``, ``fixed``: as for :func:`forward`.
 
     The float32 dK/dV accumulators of the visiting shard travel with it: a
     step adds its gradients to the ones that arrived and sends the sums on,
     and the next step's kernels run while they travel (they are waited for
     only when the next sum needs them).  After the walk they go home in one
     hop (``schedule.home_shift``)."""
-    preprocess = plans.preprocess(ring.info(out), ring.info(dout))
-    delta = flash_call.delta(ring.launch, ring.cast, preprocess, out, dout, dlse)
-    dkdv_plan, dq_plan = plans.grads(ring.info(dout))
+    dkdv_plan, dq_plan = plans.grads(ring.info(dout), ring.info(out), dlse is not None)
+    backward_inputs = {"o": out, "do": dout, "lse": lse}
+    if dlse is not None:
+        backward_inputs["dlse"] = ring.cast(dlse, lse.dtype)
     k, v = kv["k"], kv["v"]
     steps = schedule.steps(ring.rank)
     # The bias gradient, only when asked for: one bias-sized array that each
@@ -136,13 +139,20 @@ def backward(
     if need_db:
         gaps = len(steps) < schedule.n or any(_may_skip(s) for s in steps)
         db, dbias_plan = ring.bias_grad(bias, gaps), plans.dbias(ring.info(dout))
-    arriving = dq = None  # the accumulators on their way here, the sum of dQ
+    arriving = dq = delta = None  # the accumulators on their way here, the sum of dQ
     for step in steps:
         pending = None if step.last else ring.start(kv)
 
         def run(arriving, dq, db, kv=kv, step=step):
-            inputs = {**_inputs(ring, q, kv, fixed, bias, step), "do": dout, "lse": lse, "delta": delta}
-            dq_s, dk_s, dv_s, db_s = flash_call.grads(ring.launch, dkdv_plan, dq_plan, dbias_plan, inputs)
+            inputs = {**_inputs(ring, q, kv, fixed, bias, step), **backward_inputs}
+            dq_s, dk_s, dv_s, db_s, delta_s = flash_call.grads(
+                ring.launch, dkdv_plan, dq_plan, dbias_plan, inputs
+            )
+            if step.index == 0:
+                # Every step's delta is the same; the home step's (never
+                # masked, so not inside a device-side condition) is kept.
+                nonlocal delta
+                delta = delta_s
             dq = dq_s if dq is None else dq + dq_s
             if db is not None:
                 db = ring.put_columns(db, db_s, step.bias_pieces)

@@ -24,7 +24,7 @@ from core_triton.attention import flash as core
 from core_triton.common.launch import In, TensorInfo
 
 _POINTER = {"bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
-_INPUT_DTYPES = {"lse": "float32", "delta": "float32", "qoff": "int32", "koff": "int32"}
+_INPUT_DTYPES = {"lse": "float32", "delta": "float32", "dlse": "float32", "qoff": "int32", "koff": "int32"}
 
 
 def compile_plan(plan, binding: str) -> str:

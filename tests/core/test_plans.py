@@ -365,8 +365,9 @@ def test_autotuning_is_kept_per_length_class(monkeypatch):
 
 def test_stride_hint_bits_name_each_stride():
     """DIV16's bit ``i`` is the ``i``-th stride of flash_common.HINTED (the
-    forward's and the backward's alike; the forward has no dO), set where
-    the stride is a multiple of 16 and not 0 or 1."""
+    forward's and the backward's alike; the forward has no dO, only the dQ
+    kernel reads the output), set where the stride is a multiple of 16 and
+    not 0 or 1."""
     from core_triton.attention.flash_common import HINTED
 
     q = TensorInfo((2, 40, 4, 24), "bfloat16", (3840, 96, 24, 1))  # qh = 24: no
@@ -382,5 +383,12 @@ def test_stride_hint_bits_name_each_stride():
     assert {n for i, n in enumerate(HINTED) if got >> i & 1} == want | {"dot", "dob"}
     plans, _ = flash.plans(q, k, v, causal=True)
     assert plans.forward[0].constexprs["DIV16"] == bits
-    dkdv, dq = plans.grads(do)
-    assert dkdv[0].constexprs["DIV16"] == dq[0].constexprs["DIV16"] == got
+    dkdv, dq = plans.grads(do)  # the output laid out as dO
+    assert dkdv[0].constexprs["DIV16"] == got
+    with_out = flash_configs.stride_hint_bits(q, k, v, do, do)
+    assert {n for i, n in enumerate(HINTED) if with_out >> i & 1} == want | {"dot", "dob", "ot", "ob"}
+    assert dq[0].constexprs["DIV16"] == with_out
+    o = TensorInfo((2, 40, 4, 24), "bfloat16", (3840, 24, 960, 1))  # oh = 960, ot = 24
+    _, dq = plans.grads(do, o)
+    named = {n for i, n in enumerate(HINTED) if dq[0].constexprs["DIV16"] >> i & 1}
+    assert named == want | {"dot", "dob", "ob", "oh"}

@@ -91,7 +91,8 @@ def _launches(op: str, T: int, N: int, packed: bool) -> list[LaunchPlan]:
         kv = _info((B, T + 7, H, K))
         bias = _info((1, 2 * H, T, T + 7))
         p, _ = flash_attention.plans(q, kv, kv, bias=bias, causal=causal, softmax_aux=_info((2 * H,)))
-        return [*p.forward, p.preprocess(q, q), *(s for g in p.grads(q) for s in g), p.dbias(q)]
+        grads = (s for dlse in (False, True) for g in p.grads(q, q, dlse) for s in g)
+        return [*p.forward, *grads, p.dbias(q)]
     head_first = op.endswith("_head_first")
     # Scalar gates too: their per-token size of 1 makes the batch (and a
     # head-first layout's head) stride 1 at length 1 only.
