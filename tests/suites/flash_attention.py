@@ -25,17 +25,28 @@ INDEX = ("q_segment_ids", "kv_segment_ids", "q_positions", "kv_positions")
 def vjp(fw, fn, inputs: dict, cotangents: tuple, constants=None):
     """(fn(**inputs, **constants), {name: gradient}) for ``fn`` returning a
     tuple.  ``constants``: arrays passed without asking for their gradient
-    (torch: ``requires_grad=False``; JAX: closed over)."""
+    (torch: ``requires_grad=False``; JAX: closed over).  A cotangent None:
+    that output is not differentiated (torch: left out of the backward;
+    JAX: an auxiliary output), so the op sees no cotangent for it."""
     constants = constants or {}
+    keep = [c is not None for c in cotangents]
     if fw.name == "torch":
         leaves = {n: x.detach().clone().requires_grad_(True) for n, x in inputs.items()}
         consts = {n: x.detach() for n, x in constants.items()}
         outs = fn(**leaves, **consts)
-        fw.torch.autograd.backward(list(outs), list(cotangents))
+        pairs = [(o, c) for o, c in zip(outs, cotangents, strict=True) if c is not None]
+        fw.torch.autograd.backward([o for o, _ in pairs], [c for _, c in pairs])
         return outs, {n: x.grad for n, x in leaves.items()}
-    outs, pullback = fw.jax.vjp(lambda d: fn(**d, **constants), inputs)
-    (grads,) = pullback(tuple(cotangents))
-    return outs, grads
+
+    def split(d):
+        outs = fn(**d, **constants)
+        kept = [(o, k) for o, k in zip(outs, keep, strict=True)]
+        return tuple(o for o, k in kept if k), tuple(o for o, k in kept if not k)
+
+    diffed, pullback, aux = fw.jax.vjp(split, inputs, has_aux=True)
+    (grads,) = pullback(tuple(c for c in cotangents if c is not None))
+    diffed, aux = iter(diffed), iter(aux)
+    return tuple(next(diffed) if k else next(aux) for k in keep), grads
 
 
 @contextlib.contextmanager
@@ -302,7 +313,9 @@ class FlashAttentionSuite(KernelLevelCases):
         def fn(**d):
             return fw.api.flash_attention(**d, **index, **options, return_lse=True)
 
-        cots = (fw.array(do, dtype), fw.array(dl, "float32"))
+        # Without dlse no lse cotangent at all (the usual call: only the
+        # output is differentiated), else the random one.
+        cots = (fw.array(do, dtype), fw.array(dl, "float32") if dlse else None)
         (out, lse), grads = vjp(fw, fn, diff, cots, consts)
         # The reference sees the inputs as the kernel saw them (rounded).
         seen = {n: fw.numpy(a) if n in DIFFERENTIABLE else case[n] for n, a in arrays.items()}
@@ -404,6 +417,25 @@ class FlashAttentionSuite(KernelLevelCases):
         self._check(case, {"causal": True}, constant=("bias",))
         assert all("dbias" not in plan.output_names for plan in plans)
         assert any("dq" in plan.output_names for plan in plans), "the spy saw no backward"
+
+    @pytest.mark.parametrize("dlse", [False, True])
+    def test_dq_launch_makes_delta_first(self, dlse, monkeypatch):
+        # (dlse: whether lse has a cotangent; the dQ kernel subtracts it.)
+        # The backward has no launch of its own for delta: the dQ launches
+        # (a gated pair here) write it, run first, and every launch that
+        # reads it (dK/dV's pair, the bias gradient) comes after them.
+        self.fw.clear_caches()  # JAX: trace again, so that the spy sees the launches
+        case = make_case(np.random.default_rng(16), B=2, Tq=40, Tk=40, HQ=4, H=2, bias="B1", seg="q")
+        plans = spy_launches(self.fw, monkeypatch)
+        self._check(case, {"causal": True}, dlse=dlse)
+        makes = [i for i, p in enumerate(plans) if "delta" in p.output_names]
+        # (The pair's second dQ launch takes delta in too: the buffer it writes again.)
+        reads = [i for i, p in enumerate(plans) if "delta" in p.input_names() and i not in makes]
+        assert len(makes) == 2 and all(plans[i].output_names == ("dq", "delta") for i in makes)
+        written = {n.removesuffix("_part") for i in reads for n in plans[i].output_names}
+        assert written >= {"dk", "dv", "dbias"}
+        assert max(makes) < min(reads)
+        assert all(p.constexprs["HAS_DLSE"] == dlse for p in map(plans.__getitem__, makes))
 
     @pytest.mark.parametrize("splits", [1, 2, 3, 6])
     def test_dkdv_splits(self, splits, monkeypatch):
