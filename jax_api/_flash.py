@@ -5,8 +5,9 @@ this op does not use: its backward depends on which inputs JAX
 differentiates and on the ``lse`` cotangent, which OpPlans does not express.
 
 One ``jax.custom_vjp`` over the forward launch; the backward runs the dQ
-launch (which also makes delta) and the dK/dV launch.  Segment ids, positions and the piece
-offsets are index inputs: they may be traced and get float0 cotangents.
+launch (which also makes delta) and the dK/dV launch.  Segment ids,
+positions and the piece offsets are index inputs: they may be traced and
+get float0 cotangents.
 
 A bias that needs no gradient.  Both bindings take the same arguments, so
 there is no flag for it; instead the ``custom_vjp`` is built with

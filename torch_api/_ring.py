@@ -58,7 +58,9 @@ class Ring:
 
     @staticmethod
     def cast(x, dtype):
-        return x.to(dtype)
+        # Contiguous: the dQ kernel reads the lse cotangent so (autograd may
+        # hand over an expanded one).
+        return x.to(dtype).contiguous()
 
     @staticmethod
     def bias_grad(bias, zero):

@@ -3,9 +3,9 @@ the op ``twinkernels::flash_attention`` (its plans and launch inputs:
 torch_api._flash).
 
 The forward is one launch; the backward runs the dQ launch (which also
-makes delta) and the dK/dV launch, and the bias-gradient launch only when autograd says the bias
-needs one (a bias with ``requires_grad=False`` costs no gradient work and
-no buffer).  Non-contiguous query/key/value/bias are read through their
+makes delta) and the dK/dV launch, and the bias-gradient launch only when
+autograd says the bias needs one (a bias with ``requires_grad=False`` costs
+no gradient work and no buffer).  Non-contiguous query/key/value/bias are read through their
 strides.
 """
 

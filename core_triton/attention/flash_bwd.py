@@ -562,7 +562,7 @@ def flash_bwd_dq_kernel(
     # This kernel makes the backward's delta (rowsum(out * dout), less the
     # lse cotangent DLSE where HAS_DLSE) from the tiles it loads anyway and
     # writes it for the dK/dV and bias-gradient launches after it: no
-    # launch of its own, and out/dout are read once more, not twice.
+    # launch of its own, and dout is read once less (out once, as before).
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).

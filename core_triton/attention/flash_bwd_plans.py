@@ -148,9 +148,10 @@ def backward_plans(shared: GradShared):
                 In("dlse") if dlse else In("q"),
                 *strides,
                 *o.strides,
+                # DQ_IN, DELTA_IN: flash.gated_pair
                 In("q"),
-                In("q"),  # DQ_IN, DELTA_IN: flash.gated_pair
-            ),  # fmt: skip
+                In("q"),
+            ),
             outputs=(OutputSpec((B, Tq, HQ, D), gdt), OutputSpec((B, HQ, Tq), "float32")),
             output_names=("dq", "delta"),
             constexprs=dict(consts, DIV16=stride_hint_bits(q, k, v, do, o), HAS_DLSE=dlse, **block),

@@ -48,7 +48,7 @@ class RingBackend(Protocol):
         ``run(*carry)``, deciding on the device."""
 
     def cast(self, x, dtype):
-        """``x`` in ``dtype`` (another array's ``.dtype``)."""
+        """``x`` in ``dtype`` (another array's ``.dtype``), contiguous."""
 
     def bias_grad(self, bias, zero: bool):
         """A buffer of ``bias``'s shape and dtype, zeroed when ``zero``."""

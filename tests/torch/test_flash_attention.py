@@ -34,6 +34,21 @@ class TestTorchFlashAttention(FlashAttentionSuite):
         for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv"), ("bias", "dbias")):
             assert_close(FW.numpy(grads[n]), ref[r], "float32", n)
 
+    def test_expanded_lse_cotangent(self):
+        # ``lse.sum()`` in the loss: autograd hands the op an expanded
+        # (stride 0) cotangent, which the dQ kernel reads as a contiguous
+        # [B, HQ, Tq] array once the binding lays it out so.
+        case = make_case(np.random.default_rng(13), B=2, Tq=40, Tk=40, seg="q")
+        do = np.random.default_rng(14).standard_normal((2, 40, 4, 16))
+        leaves = {n: FW.array(case[n]).requires_grad_(True) for n in ("query", "key", "value")}
+        out, lse = FW.api.flash_attention(
+            **leaves, q_segment_ids=FW.array(case["q_segment_ids"], "int32"), causal=True, return_lse=True
+        )
+        ((out * FW.array(do)).sum() + lse.sum()).backward()
+        ref = attention_ref(**case, causal=True, do=do, dlse=np.ones((2, 4, 40)))
+        for n, r in (("query", "dq"), ("key", "dk"), ("value", "dv")):
+            assert_close(FW.numpy(leaves[n].grad), ref[r], "float32", n)
+
     def test_unaligned_views_take_the_descriptor_kernels(self, monkeypatch):
         # Contiguous views that start 2 bytes into their storage: the
         # warp-specialised forward (forced on; the plan's pick on sm_90)
