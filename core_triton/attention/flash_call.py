@@ -1,8 +1,8 @@
 """What a binding's ``flash_attention`` call does, written once: its
 planning (packed input and segment ids: core_triton.attention.packed.prepare;
 then the attention: core_triton.attention.flash.plans) and the order of
-its backward's launches (also the start of the ring's backward).  A
-binding gives ``launch(plan, inputs) -> outputs`` and ``cast(x, dtype)``."""
+its backward's launches (each ring step's too).  A binding gives
+``launch(plan, inputs) -> outputs`` and ``cast(x, dtype)``."""
 
 from __future__ import annotations
 
