@@ -28,6 +28,14 @@ PARAMS = (
 )
 
 
+def contiguous_cast(x, dtype):
+    """``x`` in ``dtype``, contiguous: the bindings' ``cast`` for
+    core_triton's attention backward, whose dQ kernel reads the lse
+    cotangent as a contiguous ``[B, HQ, Tq]`` array (autograd may hand over
+    an expanded one)."""
+    return x.to(dtype).contiguous()
+
+
 def sink_grad(sink, lse, delta):
     """The sinks' gradient (core_triton.attention.softmax_parts)."""
     plan = softmax_parts.sink_grad_plan(info(sink), tuple(lse.shape))

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from core_triton.attention import ring as core
+from torch_api._attention import contiguous_cast
 from torch_api._launch import device_constant, info
 from torch_api._launch import launch as launch_plan
 
@@ -56,11 +57,7 @@ class Ring:
     def offsets(self, offsets):
         return device_constant(tuple(offsets), torch.int32, self.device)
 
-    @staticmethod
-    def cast(x, dtype):
-        # Contiguous: the dQ kernel reads the lse cotangent so (autograd may
-        # hand over an expanded one).
-        return x.to(dtype).contiguous()
+    cast = staticmethod(contiguous_cast)
 
     @staticmethod
     def bias_grad(bias, zero):

@@ -5,8 +5,8 @@ torch_api._flash).
 The forward is one launch; the backward runs the dQ launch (which also
 makes delta) and the dK/dV launch, and the bias-gradient launch only when
 autograd says the bias needs one (a bias with ``requires_grad=False`` costs
-no gradient work and no buffer).  Non-contiguous query/key/value/bias are read through their
-strides.
+no gradient work and no buffer).  Non-contiguous query/key/value/bias are
+read through their strides.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from core_triton.attention import flash as core
 from core_triton.attention import flash_call
 from core_triton.common.checks import check_bool
 from core_triton.common.launch import run_steps
-from torch_api._attention import fake_backward, sink_grad
+from torch_api._attention import contiguous_cast, fake_backward, sink_grad
 from torch_api._flash import OP_PARAMS, call_plans, grad_plans, prepare
 from torch_api._launch import info, launch
 from torch_api._library import Impl, TorchOp, fake_info
@@ -39,17 +39,11 @@ def _backward(a, outputs, extras, cotangents, needs, state):
     need = dict(zip(_TENSORS, needs, strict=True))
     dbias = plans.dbias(info(dout)) if need["bias"] else None
     steps = (*grad_plans(plans, out, dout, dlse is not None), dbias)
-    dq, dk, dv, db, delta = flash_call.gradients(launch, _cast, steps, inputs, out, lse, dout, dlse)
+    dq, dk, dv, db, delta = flash_call.gradients(launch, contiguous_cast, steps, inputs, out, lse, dout, dlse)
     sink = a["softmax_aux"]
     dsink = sink_grad(inputs["softmax_aux"], lse, delta).to(sink.dtype) if need["softmax_aux"] else None
     grads = {"query": dq, "key": dk, "value": dv, "softmax_aux": dsink, "bias": db}
     return tuple(map(grads.get, _TENSORS))
-
-
-def _cast(x, dtype):
-    # The lse cotangent, read as a contiguous [B, HQ, Tq] (autograd may hand
-    # over an expanded one).
-    return x.to(dtype).contiguous()
 
 
 def _empty(spec, device):

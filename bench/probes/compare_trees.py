@@ -84,16 +84,15 @@ import torch
 import torch_api
 print("RESULT imported from", torch_api.__file__.rsplit("/", 2)[0], "-")
 
-def timed(fn, iters, reps, warmup):
+def timed(fn, iters, reps, warmup, sync=lambda _: torch.cuda.synchronize()):
     for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
+        sync(fn())
     out = []
     for _ in range(reps):
         t = time.perf_counter()
         for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
+            r = fn()
+        sync(r)
         out.append((time.perf_counter() - t) / iters)
     return statistics.median(out)
 """
@@ -120,19 +119,6 @@ _LLAMA = r"""
 import jax, jax.numpy as jnp
 import jax_api
 
-
-def jtimed(fn, iters, reps, warmup):
-    for _ in range(warmup):
-        jax.block_until_ready(fn())
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(iters):
-            r = fn()
-        jax.block_until_ready(r)
-        out.append((time.perf_counter() - t) / iters)
-    return statistics.median(out)
-
 T, HQ, H, D = 4096, 32, 4, 64
 q, do = (torch.randn(1, T, HQ, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
 k, v = (torch.randn(1, T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -147,7 +133,7 @@ for name, kw in (("plain", {}), ("one segment", {"q_segment_ids": one}), ("4 doc
     jkw = {n: jnp.from_dlpack(t) for n, t in kw.items()}
     jfn = jax.jit(lambda a, b, c, d, kw: jax.vjp(lambda *x: jax_api.flash_attention(*x, causal=True, **kw), a, b, c)[1](d))
     print(f"RESULT llama {name} torch fwd+bwd {timed(tfn, 20, 5, 3) * 1e3:.3f} ms", flush=True)
-    jt = jtimed(lambda: jfn(*jx, jkw), 20, 5, 3)
+    jt = timed(lambda: jfn(*jx, jkw), 20, 5, 3, sync=jax.block_until_ready)
     print(f"RESULT llama {name} jax fwd+bwd {jt * 1e3:.3f} ms", flush=True)
 lq = torch.randn(1, 256, HQ, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 lk, lv = (torch.randn(1, 256, H, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))

@@ -84,13 +84,12 @@ def backward_plans(shared: GradShared):
     # the same plan object comes back (core_triton.common.launch).
     @functools.lru_cache(maxsize=8)
     def grads(
-        do: TensorInfo, o: TensorInfo | None = None, dlse: bool = False
+        do: TensorInfo, o: TensorInfo, dlse: bool = False
     ) -> tuple[tuple[LaunchPlan, ...], tuple[LaunchPlan, ...]]:
         """``(dkdv_steps, dq_steps)`` for a cotangent ``do`` and an output
-        ``o`` of these layouts (``o``: ``do``'s when None); ``dlse``:
-        whether the dQ launch subtracts an ``lse`` cotangent (input
-        ``dlse``, ``[B, HQ, Tq]`` float32, contiguous)."""
-        o = do if o is None else o
+        ``o`` of these layouts; ``dlse``: whether the dQ launch subtracts
+        an ``lse`` cotangent (input ``dlse``, ``[B, HQ, Tq]`` float32,
+        contiguous)."""
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))

@@ -42,10 +42,17 @@ def gradients(launch: Callable, cast: Callable, steps: tuple, inputs: dict, out,
     reduced over broadcast dims inside the launch).  ``delta [B, HQ, Tq]``
     float32: ``rowsum(out * dout)`` less ``dlse``, the ``lse`` cotangent
     (None: an unused ``lse``, the usual case)."""
-    inputs = {**inputs, "o": out, "do": dout, "lse": lse}
+    return grads(launch, *steps, {**inputs, **backward_inputs(cast, out, lse, dout, dlse)})
+
+
+def backward_inputs(cast: Callable, out, lse, dout, dlse) -> dict:
+    """What every backward launch reads beside the forward's inputs: ``o``,
+    ``do``, ``lse`` and, unless None, ``dlse`` (float32, contiguous through
+    the binding's ``cast``: the dQ kernel reads it so)."""
+    named = {"o": out, "do": dout, "lse": lse}
     if dlse is not None:
-        inputs["dlse"] = cast(dlse, lse.dtype)
-    return grads(launch, *steps, inputs)
+        named["dlse"] = cast(dlse, lse.dtype)
+    return named
 
 
 def grads(launch: Callable, dkdv_steps: tuple, dq_steps: tuple, dbias_plan: LaunchPlan | None, inputs: dict):

@@ -127,9 +127,7 @@ def backward(
     only when the next sum needs them).  After the walk they go home in one
     hop (``schedule.home_shift``)."""
     dkdv_plan, dq_plan = plans.grads(ring.info(dout), ring.info(out), dlse is not None)
-    backward_inputs = {"o": out, "do": dout, "lse": lse}
-    if dlse is not None:
-        backward_inputs["dlse"] = ring.cast(dlse, lse.dtype)
+    backward_inputs = flash_call.backward_inputs(ring.cast, out, lse, dout, dlse)
     k, v = kv["k"], kv["v"]
     steps = schedule.steps(ring.rank)
     # The bias gradient, only when asked for: one bias-sized array that each

@@ -69,7 +69,7 @@ def main(argv):
     B, T, H, D = 2, 1024, 4, 128
     q = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
     plans, _ = core.plans(q, q, q, causal=causal)
-    (dkdv,), (dq,) = plans.grads(q)
+    (dkdv,), (dq,) = plans.grads(q, q)
     result = {}
     for kind, plan in (("fwd", plans.forward[0]), ("dkdv", dkdv), ("dq", dq)):
         for binding in ("torch", "jax"):

@@ -101,7 +101,7 @@ def test_head_dim_256_takes_fixed_configs_on_a_gpu(dtype, monkeypatch):
         bias = _info((1, 4, 1024, 1024))
         for extra in ({}, {"causal": True}, {"bias": bias}, {"sliding_window": 16}):
             plans, _ = flash.plans(q, q, q, **extra)
-            launches = {"fwd": plans.forward, **dict(zip(("dkdv", "dq"), plans.grads(q), strict=True))}
+            launches = {"fwd": plans.forward, **dict(zip(("dkdv", "dq"), plans.grads(q, q), strict=True))}
             launches = {kind: steps[0] for kind, steps in launches.items()}  # one launch each (no ranges)
             if "bias" in extra:
                 launches["dbias"] = plans.dbias(q)
@@ -132,7 +132,7 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
             for causal in (False, True):
                 plans, _ = flash.plans(q, q, q, causal=causal)
                 launches = zip(
-                    ("fwd", "dkdv", "dq"), (plans.forward[0], *(g[0] for g in plans.grads(q))), strict=True
+                    ("fwd", "dkdv", "dq"), (plans.forward[0], *(g[0] for g in plans.grads(q, q))), strict=True
                 )
                 for kind, plan in launches:
                     assert not hasattr(plan.kernel, "configs"), (dtype, causal, plan.kernel)
@@ -197,7 +197,8 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
         ids = _info((1, 4096), "int32")
         by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
         pairs = {"fwd": (plain.forward, by_ids.forward)}
-        pairs.update(zip(("dkdv", "dq"), zip(plain.grads(q), by_ids.grads(q), strict=True), strict=True))
+        grads = zip(plain.grads(q, q), by_ids.grads(q, q), strict=True)
+        pairs.update(zip(("dkdv", "dq"), grads, strict=True))
         for kind, (alone, pair) in pairs.items():
             # dK/dV's split sum (B1 with 2 key heads splits its group)
             # follows both, the same launch.
@@ -347,7 +348,7 @@ def test_autotuning_is_kept_per_length_class(monkeypatch):
         q, kv = _info((1, Tq, 4, 64), "bfloat16"), _info((1, Tk, 2, 64), "bfloat16")
         p, _ = flash.plans(q, kv, kv, causal=True)
         (fwd,) = p.forward
-        (dkdv, *_), (dq,) = p.grads(q)
+        (dkdv, *_), (dq,) = p.grads(q, q)
         return fwd.kernel, dkdv.kernel, dq.kernel
 
     monkeypatch.setattr(flash_configs, "MEASURED", False)
@@ -383,7 +384,7 @@ def test_stride_hint_bits_name_each_stride():
     assert {n for i, n in enumerate(HINTED) if got >> i & 1} == want | {"dot", "dob"}
     plans, _ = flash.plans(q, k, v, causal=True)
     assert plans.forward[0].constexprs["DIV16"] == bits
-    dkdv, dq = plans.grads(do)  # the output laid out as dO
+    dkdv, dq = plans.grads(do, do)  # the output laid out as dO
     assert dkdv[0].constexprs["DIV16"] == got
     with_out = flash_configs.stride_hint_bits(q, k, v, do, do)
     assert {n for i, n in enumerate(HINTED) if with_out >> i & 1} == want | {"dot", "dob", "ot", "ob"}
