@@ -6,6 +6,17 @@ plain causal case for one segment, and the documents as a dense boolean
 mask ``[1, 1, T, T]`` where it accepts one.  A group's implementations are
 timed in interleaved rounds, each keeping its median (``ROUNDS``).
 ``python -m bench segments``.
+
+Two ways to call (``layers``): one call at a time (each JAX call one jitted
+function, which makes the ranges of its ids), and, at ``LAYERED_LENGTHS``,
+``LAYERS`` calls chained as a model's layers are (each layer's output is
+the next one's queries, the same ids and keys throughout; one jitted
+function in JAX, the gradient of the whole chain for forward+backward),
+reported per layer.  There PyTorch reuses the ranges of the ids tensor
+across the layers and XLA makes them once (the layers' range launches are
+the same custom call on the same operand: common-subexpression elimination
+merges them; ``range_launches`` counts them in the compiled HLO), and the
+JAX dispatch cost per call is spread over the layers as in a model.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ LENGTHS = (4096, 16384)
 DIMS = (64, 128)
 HQ, H = 32, 4
 DOCS = (1, 4, 64)
+LAYERS = 8
+LAYERED_LENGTHS = (4096,)
 # (input, binding); "plain" ignores the documents (one segment only).
 IMPLS = (
     ("plain", "torch"),
@@ -41,7 +54,15 @@ def doc_lengths(T: int, n: int, seed: int = 0) -> np.ndarray:
     return np.diff(np.concatenate([[0], cuts, [T]]))
 
 
-def _torch_fns(torch, torch_api, x, do, kind, lens):
+def _chain(attend, x, layers):
+    """``layers`` calls of ``attend(queries)``, each output the next one's
+    queries (a model's layers, as far as attention sees them)."""
+    for _ in range(layers):
+        x = attend(x)
+    return x
+
+
+def _torch_fns(torch, torch_api, x, do, kind, lens, layers=1):
     q, k, v = x
     T = q.shape[1]
     leaves = [t.detach().requires_grad_(True) for t in x]
@@ -57,18 +78,23 @@ def _torch_fns(torch, torch_api, x, do, kind, lens):
             mask = ((seg[:, None] == seg[None, :]) & (pos[None, :] <= pos[:, None]))[None, None]
 
         def sdpa(a):
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            def one(query):
                 if mask is None:
                     return torch.nn.functional.scaled_dot_product_attention(
-                        *a, is_causal=True, enable_gqa=True
+                        query, *a[1:], is_causal=True, enable_gqa=True
                     )
-                return torch.nn.functional.scaled_dot_product_attention(*a, attn_mask=mask, enable_gqa=True)
+                return torch.nn.functional.scaled_dot_product_attention(
+                    query, *a[1:], attn_mask=mask, enable_gqa=True
+                )
+
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return _chain(one, a[0], layers)
 
         return lambda: sdpa((qt, kt, vt)), lambda: torch.autograd.grad(sdpa(tl), tl, dot)
     kw = _kwargs(torch.tensor, kind, lens, dict(device="cuda", dtype=torch.int32))
 
-    def fwd(*a):
-        return torch_api.flash_attention(*a, causal=True, **kw)
+    def fwd(q, k, v):
+        return _chain(lambda x: torch_api.flash_attention(x, k, v, causal=True, **kw), q, layers)
 
     return lambda: fwd(q, k, v), lambda: torch.autograd.grad(fwd(*leaves), leaves, do)
 
@@ -81,7 +107,7 @@ def _kwargs(make, kind, lens, opts):
     return {}
 
 
-def _jax_fns(tensors, kind, lens):
+def _jax_fns(tensors, kind, lens, layers=1):
     import jax
     import jax.numpy as jnp
 
@@ -89,9 +115,38 @@ def _jax_fns(tensors, kind, lens):
 
     q, k, v, do = (jnp.from_dlpack(t) for t in tensors)
     kw = _kwargs(jnp.asarray, kind, lens, dict(dtype=jnp.int32))
-    fwd = jax.jit(lambda q, k, v, kw: jax_api.flash_attention(q, k, v, causal=True, **kw))
-    vjp = jax.jit(lambda q, k, v, do, kw: jax.vjp(lambda *x: fwd(*x, kw), q, k, v)[1](do))
+
+    def chain(q, k, v, kw):
+        return _chain(lambda x: jax_api.flash_attention(x, k, v, causal=True, **kw), q, layers)
+
+    fwd = jax.jit(chain)
+    vjp = jax.jit(lambda q, k, v, do, kw: jax.vjp(lambda *x: chain(*x, kw), q, k, v)[1](do))
     return (lambda: fwd(q, k, v, kw)), (lambda: vjp(q, k, v, do, kw)), jax.block_until_ready
+
+
+def range_launches(tensors, lens, layers=LAYERS) -> dict[str, int]:
+    """Triton launches in the compiled HLO of ``layers`` chained JAX calls
+    with segment ids (forward, and forward+backward), and of one call: with
+    the layers' range launches merged, ``layers`` calls hold ``layers - 1``
+    fewer than ``layers`` times one call's."""
+    import jax
+    import jax.numpy as jnp
+
+    import jax_api
+
+    q, k, v, do = (jnp.from_dlpack(t) for t in tensors)
+    kw = _kwargs(jnp.asarray, "segment ids", lens, dict(dtype=jnp.int32))
+    counts = {}
+    for n in (1, layers):
+
+        def chain(q, k, v, n=n):
+            return _chain(lambda x: jax_api.flash_attention(x, k, v, causal=True, **kw), q, n)
+
+        both = lambda q, k, v, chain=chain: jax.vjp(chain, q, k, v)[1](do)  # noqa: E731
+        for mode, f in (("fwd", chain), ("fwd+bwd", both)):
+            text = jax.jit(f).lower(q, k, v).compile().as_text()
+            counts[f"{mode}, {n} layers"] = text.count('custom_call_target="triton_kernel_call"')
+    return counts
 
 
 # Each group's implementations are timed in interleaved rounds (every one
@@ -102,25 +157,29 @@ ROUNDS = 3
 BUDGET = 0.05  # seconds of calls a sample (bench.common.timed)
 
 
-def _group_fns(torch, torch_api, tensors, n, lens):
-    """``{(kind, binding): (fwd, fwd+bwd, sync)}`` of one group (plain only
-    for one segment)."""
+def _group_fns(torch, torch_api, tensors, n, lens, layer_counts):
+    """``{(kind, binding, layers): (fwd, fwd+bwd, sync)}`` of one group
+    (plain only for one segment)."""
     fns = {}
     sync = lambda _: torch.cuda.synchronize()  # noqa: E731
-    for kind, binding in IMPLS:
-        if kind == "plain" and n > 1:
-            continue
-        if binding == "jax":
-            fns[kind, binding] = _jax_fns(tensors, kind, lens)
-        else:
-            fns[kind, binding] = (*_torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens), sync)
+    for layers in layer_counts:
+        for kind, binding in IMPLS:
+            if kind == "plain" and n > 1:
+                continue
+            if binding == "jax":
+                fns[kind, binding, layers] = _jax_fns(tensors, kind, lens, layers)
+            else:
+                fns[kind, binding, layers] = (
+                    *_torch_fns(torch, torch_api, tensors[:3], tensors[3], kind, lens, layers),
+                    sync,
+                )
     return fns
 
 
 def _time_group(fns):
-    """Median ms (forward, forward+backward) of each implementation over
-    ``ROUNDS`` interleaved rounds; an error string where one fails (it must
-    not hide the rest)."""
+    """Median ms per layer (forward, forward+backward) of each
+    implementation over ``ROUNDS`` interleaved rounds; an error string where
+    one fails (it must not hide the rest)."""
     samples = {key: ([], []) for key in fns}
     failed = {}
     for _ in range(ROUNDS):
@@ -128,8 +187,8 @@ def _time_group(fns):
             if key in failed:
                 continue
             try:
-                samples[key][0].append(timed(f, sync, BUDGET) * 1e3)
-                samples[key][1].append(timed(fb, sync, BUDGET) * 1e3)
+                samples[key][0].append(timed(f, sync, BUDGET) * 1e3 / key[2])
+                samples[key][1].append(timed(fb, sync, BUDGET) * 1e3 / key[2])
             except Exception as e:
                 failed[key] = f"error: {type(e).__name__}: {str(e)[:100]}"
     return {key: failed.get(key) or tuple(f"{statistics.median(s):.3f}" for s in samples[key]) for key in fns}
@@ -141,19 +200,28 @@ def run(progress=None) -> list[dict]:
     import torch_api
 
     rows = []
+    launches = {}
     for T in LENGTHS:
+        layer_counts = (1, LAYERS) if T in LAYERED_LENGTHS else (1,)
         for D in DIMS:
             g = torch.Generator(device="cuda").manual_seed(0)
             shapes = ((1, T, HQ, D), (1, T, H, D), (1, T, H, D), (1, T, HQ, D))
             tensors = [torch.randn(s, device="cuda", dtype=torch.bfloat16, generator=g) for s in shapes]
+            if not launches:
+                try:
+                    launches = range_launches(tensors, doc_lengths(T, 4))
+                except Exception as e:
+                    launches = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                print("triton launches in the compiled HLO:", launches, flush=True)
             for n in DOCS:
                 lens = doc_lengths(T, n)
                 try:
-                    times = _time_group(_group_fns(torch, torch_api, tensors, n, lens))
+                    times = _time_group(_group_fns(torch, torch_api, tensors, n, lens, layer_counts))
                 except Exception as e:  # building one group's functions failed
-                    times = {(k, b): f"error: {type(e).__name__}: {str(e)[:100]}" for k, b in IMPLS}
-                for (kind, binding), got in times.items():
-                    row = {"T": T, "D": D, "docs": n, "input": kind, "binding": binding}
+                    err = f"error: {type(e).__name__}: {str(e)[:100]}"
+                    times = {(k, b, m): err for k, b in IMPLS for m in layer_counts}
+                for (kind, binding, layers), got in times.items():
+                    row = {"T": T, "D": D, "docs": n, "layers": layers, "input": kind, "binding": binding}
                     if isinstance(got, str):
                         row["fwd ms"] = got
                     else:
@@ -163,30 +231,40 @@ def run(progress=None) -> list[dict]:
                     if progress is not None:
                         progress.update(1)
     _ratios(rows)
-    save("segments", rows, {"device": torch.cuda.get_device_name(), "rounds": ROUNDS})
-    cols = ["T", "D", "docs", "input", "binding", "fwd ms", "fwd+bwd ms", "vs plain", "vs cu_seqlens"]
+    meta = {"device": torch.cuda.get_device_name(), "rounds": ROUNDS, "layers": LAYERS, "launches": launches}
+    save("segments", rows, meta)
+    cols = ["T", "D", "docs", "layers", "input", "binding", "fwd ms", "fwd+bwd ms"]
+    cols += ["vs plain", "vs cu_seqlens", "JAX / torch"]
     print(markdown_table(rows, cols))
     return rows
 
 
 def _ratios(rows):
     """Segment ids' time over plain's (one segment) or over ``cu_seqlens``'s
-    (documents), forward | forward+backward, per binding."""
+    (documents), forward | forward+backward, per binding and way of calling
+    (``layers``); and JAX's over PyTorch's, on JAX's rows."""
 
     def find(r, **want):
-        match = {k: r[k] for k in ("T", "D", "binding")} | want
+        match = {k: r[k] for k in ("T", "D", "docs", "layers", "input", "binding")} | want
         return next(
             (o for o in rows if all(o.get(k) == v for k, v in match.items()) and "fwd+bwd ms" in o), None
         )
 
+    def ratio(r, base):
+        return "/".join(f"{float(r[c]) / float(base[c]):.3f}" for c in ("fwd ms", "fwd+bwd ms"))
+
     for r in rows:
-        if r["input"] != "segment ids" or "fwd+bwd ms" not in r:
+        if "fwd+bwd ms" not in r:
             continue
-        base = find(r, input="plain") if r["docs"] == 1 else find(r, input="cu_seqlens", docs=r["docs"])
+        if r["binding"] == "jax" and (torch_row := find(r, binding="torch")) is not None:
+            r["JAX / torch"] = ratio(r, torch_row)
+        if r["input"] != "segment ids":
+            continue
+        base = find(r, input="plain", docs=1) if r["docs"] == 1 else find(r, input="cu_seqlens")
         if base is not None:
-            ratio = "/".join(f"{float(r[c]) / float(base[c]):.3f}" for c in ("fwd ms", "fwd+bwd ms"))
-            r["vs plain" if r["docs"] == 1 else "vs cu_seqlens"] = ratio
+            r["vs plain" if r["docs"] == 1 else "vs cu_seqlens"] = ratio(r, base)
 
 
 def count() -> int:
-    return len(LENGTHS) * len(DIMS) * (len(DOCS) * len(IMPLS) - (len(DOCS) - 1) * 2)
+    per_length = len(DIMS) * (len(DOCS) * len(IMPLS) - (len(DOCS) - 1) * 2)
+    return sum(per_length * (2 if T in LAYERED_LENGTHS else 1) for T in LENGTHS)
