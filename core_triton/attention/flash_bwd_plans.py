@@ -113,7 +113,7 @@ def backward_plans(shared: GradShared):
             outputs=outputs,
             output_names=names,
             # Whether it splits, a plan choice of two values (as ROW64).
-            constexprs=dict(consts, SPLIT=splits > 1, **block),
+            constexprs=dict(consts, SPLIT=splits > 1, MASK_ALL=False, **block),
             num_warps=w,
             num_stages=s,
         )

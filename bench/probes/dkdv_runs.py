@@ -1,0 +1,103 @@
+"""The dK/dV launch's tiles and its walk as one masked run (``MASK_ALL``)
+or three (masked edges, unmasked middle), timed alone (issue 31).
+
+A plain causal grouped-query dK/dV kernel (bench.probes.dq_fused, every
+block masked) ran in 345-364 us at the Llama shape where ours took 446:
+ours spills (its three inlined copies of the loop body).  For each shape
+this plans the real backward, makes ``delta`` with the real dQ launch, then
+times the dK/dV launch (and the split's sum) with each tile and both walks;
+every variant's dK/dV is compared with the plan's own.
+
+``python -m bench.probes.dkdv_runs``; prints a table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import triton
+
+from core_triton.attention import flash as core
+from core_triton.common.launch import run_steps
+from torch_api._launch import info, launch
+
+SHAPES = (
+    # (B, T, HQ, H, D, causal)
+    (1, 4096, 32, 4, 64, True),
+    (1, 16384, 32, 4, 64, True),
+    (4, 8192, 16, 16, 128, True),
+    (4, 8192, 16, 16, 128, False),
+    (1, 4096, 32, 4, 128, True),
+    (1, 16384, 32, 4, 128, True),
+    (16, 2048, 16, 16, 128, True),
+    (16, 2048, 16, 16, 128, False),
+    (4, 1024, 16, 16, 128, True),
+)
+# DKDV_RUNS_DIMS="128": the head dims to run.
+_DIMS = os.environ.get("DKDV_RUNS_DIMS", "64 128").split()
+SHAPES = tuple(s for s in SHAPES if str(s[4]) in _DIMS)
+# Tiles tried beside the plan's own, per head dim.
+TILES = {64: ((64, 64, 4, 3), (32, 64, 4, 3), (32, 128, 8, 3)), 128: ((32, 64, 4, 3), (64, 128, 8, 2))}
+
+
+def _case(B, T, HQ, H, D, causal):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    do = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    plans, _ = core.plans(
+        info(q), info(k), info(v), None, None, None, None, None, causal, None, None, None, None
+    )
+    zero = torch.zeros(1, device="cuda", dtype=torch.int32)
+    inputs = {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
+    out, lse = run_steps(plans.forward, inputs, launch)
+    dkdv_steps, dq_steps = plans.grads(info(do), info(out), False)
+    inputs.update(o=out, do=do, lse=lse)
+    _, delta = run_steps(dq_steps, inputs, launch)
+    inputs["delta"] = delta
+    return dkdv_steps, inputs
+
+
+def _time(plan, rest, inputs, ref) -> str:
+    """``dK/dV us | sum us | max diff`` of one variant of the launch."""
+    got = run_steps((plan, *rest), inputs, launch)
+    torch.cuda.synchronize()
+    diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref, strict=True))
+    us = triton.testing.do_bench(lambda: launch(plan, inputs), warmup=25, rep=200)
+    env = {**inputs, **dict(zip(plan.output_names, launch(plan, inputs), strict=True))}
+    sum_us = triton.testing.do_bench(lambda: launch(rest[0], env), warmup=10, rep=50) if rest else 0.0
+    return f"{us * 1e3:.1f} | {sum_us * 1e3:.1f} | {diff:.1e}"
+
+
+def main():
+    print("| shape | tiles (BM, BN, warps, stages) | one run | dK/dV us | sum us | max diff |")
+    print("|---|---|---|---|---|---|")
+    for shape in SHAPES:
+        steps, inputs = _case(*shape)
+        main_plan, rest = steps[0], steps[1:]
+        ref = run_steps(steps, inputs, launch)
+        c = main_plan.constexprs
+        mine = (c["BM"], c["BN"], main_plan.num_warps, main_plan.num_stages)
+        for tiles in (mine, *(t for t in TILES[shape[4]] if t != mine)):
+            bm, bn, w, s = tiles
+            for one in (False, True):
+                plan = dataclasses.replace(
+                    main_plan,
+                    constexprs={**c, "BM": bm, "BN": bn, "MASK_ALL": one},
+                    num_warps=w,
+                    num_stages=s,
+                    grid=(triton.cdiv(shape[1], bn), *main_plan.grid[1:]),
+                )
+                try:
+                    row = _time(plan, rest, inputs, ref)
+                except Exception as e:  # one variant's failure must not hide the others
+                    row = f"error {type(e).__name__}: {str(e)[:120]} | |"
+                mark = " (plan)" if tiles == mine else ""
+                print(f"| {shape} | {tiles}{mark} | {one} | {row} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
