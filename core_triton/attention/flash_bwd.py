@@ -62,6 +62,7 @@ from core_triton.attention.flash_common import (
     mask_scores,
     offset_positions,
     piece_runs,
+    query_limits,
     range_runs,
     store_tile,
     visible_key_range,
@@ -103,12 +104,23 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     POS_MODE: tl.constexpr = FEATURES[6]
     ROW64: tl.constexpr = FEATURES[7]
     DOT_PREC: tl.constexpr = FEATURES[8]
+    # Offset positions, masked: the queries' validity folds into their
+    # positions (flash_common.query_limits) and a partial block's rows past
+    # the end read the piece's last row (in bounds, no load mask; the score
+    # mask drops them).  Keys past the end need no mask here: loaded as
+    # zeros, each key row's gradients depend on that row alone, and those
+    # rows are never stored.  Explicit positions may take any int32: masks
+    # as before.
+    LIMITS: tl.constexpr = MASK and POS_MODE == 0
+    LOAD_MASK: tl.constexpr = MASK and POS_MODE != 0
     dk, dv = state
     k, v, kpos, kseg, kvalid, kcols = kblock
     lo, hi, end, qoff = run
     Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh = ptrs
     stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn = strides
     k_ids = (kpos, kseg, kvalid)
+    left, right = window
+    klim = kpos if CAUSAL else tl.zeros_like(kpos)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     for start in range(lo, hi, BM):
@@ -121,26 +133,28 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
             go = block_can_be_allowed(qr, kr, window, CAUSAL, HAS_WINDOW, HAS_SEG)
         if go:
             rows = offs_m.to(tl.int64) if ROW64 else offs_m
+            if LIMITS:
+                rows = tl.minimum(rows, tl.maximum(end - 1, 0))
             q = load_tile(
                 Q_bh + rows[:, None] * stride_qt + offs_d[None, :] * stride_qd,
                 qvalid,
                 offs_d < D,
-                MASK,
+                LOAD_MASK,
                 D != BD,
             )
             do = load_tile(
                 DO_bh + rows[:, None] * stride_dot + offs_dv[None, :] * stride_dod,
                 qvalid,
                 offs_dv < DV,
-                MASK,
+                LOAD_MASK,
                 DV != BDV,
             )
-            if MASK:
+            if LOAD_MASK:
                 lse = tl.load(LSE_bh + offs_m, mask=qvalid, other=0.0)
                 delta = tl.load(DELTA_bh + offs_m, mask=qvalid, other=0.0)
             else:
-                lse = tl.load(LSE_bh + offs_m)
-                delta = tl.load(DELTA_bh + offs_m)
+                lse = tl.load(LSE_bh + rows)
+                delta = tl.load(DELTA_bh + rows)
             # An empty row has lse = -inf: +inf makes its p exactly 0.
             lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
             qk_t = dot(k, tl.trans(q), DOT_PREC)  # [BN, BM]
@@ -150,9 +164,18 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
                 b_ptrs = BIAS_bh + kcols[:, None] * stride_bn + m64[None, :] * stride_bm
                 bias_t = load_tile(b_ptrs, kvalid, qvalid, True, MASK).to(tl.float32)
             s_t, t_t = logits(qk_t, bias_t, scaling, HAS_CAP, HAS_BIAS)
-            s_t = mask_scores(
-                s_t, k_ids, (qpos, qseg, qvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, True
-            )
+            if LIMITS:
+                allowed = klim[:, None] <= query_limits(qpos, qvalid, CAUSAL)[None, :]
+                if HAS_WINDOW:
+                    d = qpos[None, :] - kpos[:, None]
+                    allowed = allowed & (d <= left) & (-d <= right)
+                if HAS_SEG:
+                    allowed = allowed & (kseg[:, None] == qseg[None, :])
+                s_t = tl.where(allowed, s_t, float("-inf"))
+            else:
+                s_t = mask_scores(
+                    s_t, k_ids, (qpos, qseg, qvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, True
+                )
             p_t = tl.exp2(s_t - lse2[None, :])
             dv += dot(p_t.to(do.dtype), do, DOT_PREC)
             dp_t = dot(v, tl.trans(do), DOT_PREC)
