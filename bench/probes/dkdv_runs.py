@@ -1,12 +1,13 @@
-"""The dK/dV launch's tiles and its walk as one masked run (``MASK_ALL``)
-or three (masked edges, unmasked middle), timed alone (issue 31).
+"""The dK/dV launch's tiles, timed alone (issue 31).
 
 A plain causal grouped-query dK/dV kernel (bench.probes.dq_fused, every
-block masked) ran in 345-364 us at the Llama shape where ours took 446:
-ours spills (its three inlined copies of the loop body).  For each shape
-this plans the real backward, makes ``delta`` with the real dQ launch, then
-times the dK/dV launch (and the split's sum) with each tile and both walks;
-every variant's dK/dV is compared with the plan's own.
+block masked by one compare) ran in 345-364 us at the Llama shape where ours
+took 446; most of the difference was our masked runs' valid masks ANDed
+into every score tile (flash_common.query_limits now folds them into the
+positions).  For each shape this plans the real backward, makes ``delta``
+with the real dQ launch, then times the dK/dV launch (and the split's sum)
+with the plan's tile and the others of ``TILES``; every variant's dK/dV is
+compared with the plan's.
 
 ``python -m bench.probes.dkdv_runs``; prints a table.
 """
@@ -42,7 +43,7 @@ SHAPES = tuple(s for s in SHAPES if str(s[4]) in _DIMS)
 if "DKDV_RUNS_SHAPE" in os.environ:
     SHAPES = (SHAPES[int(os.environ["DKDV_RUNS_SHAPE"])],)
 # Tiles tried beside the plan's own, per head dim.
-TILES = {64: ((32, 64, 4, 3),), 128: ((32, 64, 4, 3),)}
+TILES = {64: ((32, 64, 4, 3), (32, 128, 4, 3)), 128: ((32, 64, 4, 3), (64, 128, 8, 2))}
 
 
 def _case(B, T, HQ, H, D, causal):
@@ -76,8 +77,8 @@ def _time(plan, rest, inputs, ref) -> str:
 
 
 def main():
-    print("| shape | tiles (BM, BN, warps, stages) | one run | dK/dV us | sum us | max diff |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | tiles (BM, BN, warps, stages) | dK/dV us | sum us | max diff |")
+    print("|---|---|---|---|---|")
     for shape in SHAPES:
         steps, inputs = _case(*shape)
         main_plan, rest = steps[0], steps[1:]
@@ -86,20 +87,19 @@ def main():
         mine = (c["BM"], c["BN"], main_plan.num_warps, main_plan.num_stages)
         for tiles in (mine, *(t for t in TILES[shape[4]] if t != mine)):
             bm, bn, w, s = tiles
-            for one in (False, True):
-                plan = dataclasses.replace(
-                    main_plan,
-                    constexprs={**c, "BM": bm, "BN": bn, "MASK_ALL": one},
-                    num_warps=w,
-                    num_stages=s,
-                    grid=(triton.cdiv(shape[1], bn), *main_plan.grid[1:]),
-                )
-                try:
-                    row = _time(plan, rest, inputs, ref)
-                except Exception as e:  # one variant's failure must not hide the others
-                    row = f"error {type(e).__name__}: {str(e)[:120]} | |"
-                mark = " (plan)" if tiles == mine else ""
-                print(f"| {shape} | {tiles}{mark} | {one} | {row} |", flush=True)
+            plan = dataclasses.replace(
+                main_plan,
+                constexprs={**c, "BM": bm, "BN": bn},
+                num_warps=w,
+                num_stages=s,
+                grid=(triton.cdiv(shape[1], bn), *main_plan.grid[1:]),
+            )
+            try:
+                row = _time(plan, rest, inputs, ref)
+            except Exception as e:  # one variant's failure must not hide the others
+                row = f"error {type(e).__name__}: {str(e)[:120]} | |"
+            mark = " (plan)" if tiles == mine else ""
+            print(f"| {shape} | {tiles}{mark} | {row} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -288,13 +288,6 @@ def attention_plans(
                 return chosen
         return table[dim_class][min(fixed, len(table[dim_class]) - 1)]
 
-    def one_run(splits, ranged=ranged):
-        """Whether the dK/dV launch of ``splits`` walks its query blocks as
-        one masked run (flash_configs.dkdv_one_run): only where its tile is
-        the measured one (``config`` took measured_choice's)."""
-        measured = tuned and not ranged and q.dtype != "float32"
-        return flash_configs.dkdv_one_run(dim_class, q.dtype != "float32", measured, splits)
-
     def kernel_and_grid(kind, table, rows, programs, ranged=ranged, splits=1):
         chosen = config(kind[0], table, ranged, splits)
         if chosen is None:
@@ -398,7 +391,7 @@ def attention_plans(
         *scalars,
     )
     shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
-                        kernel_and_grid, gated_pair if ranged else None, one_run)  # fmt: skip
+                        kernel_and_grid, gated_pair if ranged else None)  # fmt: skip
     grads, dbias = backward_plans(shared)
     return AttentionPlans(forward, grads, dbias, tuple(qoff), tuple(koff))
 

@@ -261,14 +261,9 @@ def flash_bwd_dkdv_kernel(
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
     SPLIT: tl.constexpr,
-    MASK_ALL: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
-    # MASK_ALL: walk the query blocks as one run, every block masked, instead
-    # of three (masked edges, an unmasked middle): three inlined copies of the
-    # loop body spilled on sm_90 (head dim 64, 64x64 and 32x128 tiles at 4
-    # warps: 528-544 bytes; one run: 0 and 136).
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
     # (flash_common.gated_rows) and writes DK_OUT/DV_OUT in full for the others.
@@ -370,18 +365,11 @@ def flash_bwd_dkdv_kernel(
             # Three runs of blocks: edge blocks with the mask, fully allowed ones
             # without it, edge blocks again (explicit positions: one masked
             # run).
-            if MASK_ALL:
-                # One run, every block masked (see the kernel's head).
+            for part in tl.static_range(3 if POS_MODE == 0 else 1):
                 dk, dv = _dkdv_blocks(
-                    (dk, dv), kblock, kr, (t[0], t[3 if POS_MODE == 0 else 1], end, qoff), qptrs, strides,
-                    scaling, window, SIZES, FEATURES, True,
+                    (dk, dv), kblock, kr, (t[part], t[part + 1], end, qoff), qptrs, strides, scaling, window,
+                    SIZES, FEATURES, part != 1,
                 )  # fmt: skip
-            else:
-                for part in tl.static_range(3 if POS_MODE == 0 else 1):
-                    dk, dv = _dkdv_blocks(
-                        (dk, dv), kblock, kr, (t[part], t[part + 1], end, qoff), qptrs, strides, scaling,
-                        window, SIZES, FEATURES, part != 1,
-                    )  # fmt: skip
 
     dk = dk * scale
     if SPLIT:

@@ -54,10 +54,8 @@ class GradShared:
     gradients' dtype (None: the inputs'), and the tile choice
     (``config(kind, table, ranged, splits)`` -> ``(BM, BN, num_warps,
     num_stages)`` or None to autotune; ``kernel_and_grid(kind, table, rows,
-    programs, ranged, splits)``), ``gate``: None, or the function that
-    splits a ranged launch into its gated pair (flash.gated_pair), and
-    ``one_run(splits, ranged)``: whether the dK/dV launch walks its query
-    blocks as one masked run (the kernel's ``MASK_ALL``)."""
+    programs, ranged, splits)``), and ``gate``: None, or the function that
+    splits a ranged launch into its gated pair (flash.gated_pair)."""
 
     q: TensorInfo
     k: TensorInfo
@@ -70,7 +68,6 @@ class GradShared:
     config: Callable
     kernel_and_grid: Callable
     gate: Callable | None = None
-    one_run: Callable[[int, bool], bool] = lambda splits, ranged: False
 
 
 def backward_plans(shared: GradShared):
@@ -104,7 +101,6 @@ def backward_plans(shared: GradShared):
         dkdv_tiles = functools.partial(kernel_and_grid, ("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
         kernel, grid, block, w, s = dkdv_tiles(splits=splits)
         grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV
-        one_run = shared.one_run(splits, consts["HAS_RANGE"])
         if splits == 1:
             outputs, names = grads_out, ("dk", "dv")
         else:
@@ -116,19 +112,13 @@ def backward_plans(shared: GradShared):
             params=(*grad_params, H, splits, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
             outputs=outputs,
             output_names=names,
-            # Whether it splits and how it walks: plan choices of two values
-            # each (as ROW64).
-            constexprs=dict(consts, SPLIT=splits > 1, MASK_ALL=one_run, **block),
+            # Whether it splits, a plan choice of two values (as ROW64).
+            constexprs=dict(consts, SPLIT=splits > 1, **block),
             num_warps=w,
             num_stages=s,
         )
         # A gated pair's first launch takes plain attention's tiles.
-        if shared.gate is None:
-            dkdv_steps = (dkdv,)
-        else:
-            kernel, grid, block, w, s = dkdv_tiles(False, splits)
-            block = {**block, "MASK_ALL": shared.one_run(splits, False)}
-            dkdv_steps = shared.gate(dkdv, None, (kernel, grid, block, w, s))
+        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv, None, dkdv_tiles(False, splits))
         if splits > 1:
             n_k, n_v = B * Tk * H * D, B * Tk * H * DV
             dkdv_steps += (

@@ -103,37 +103,14 @@ def measured_choice(
         return (128, 64, 8, 3) if Tk >= 2048 else (64, 64, 4, 3)
     if kind == "dq":  # loops over keys
         return (128, 64, 8, 2) if Tk >= 2048 else (64, 32, 4, 3)
-    if splits == 1 and not ranged and dim_class == 128:
-        # Unsplit, this tile walked as one masked run (dkdv_one_run).
-        return (32, 64, 4, 3)
-    # dK/dV loops over queries; causal at length halves the work per block
-    # row, and the larger tile then wins (5.1 ms against 5.6 at T=8192).
-    return (64, 128, 8, 2) if causal and Tq >= 4096 else (32, 64, 4, 3)
-
-
-# The dK/dV kernel walks a key block's query blocks in three runs (masked
-# edges, an unmasked middle) or, with ``MASK_ALL``, in one masked run.  Three
-# inlined copies of the loop body spill on sm_90 where one does not (head
-# dim 128, 32x64 tiles at 4 warps: 48 bytes of stack, none in one run), and
-# at head dims 65-128, bf16, unsplit, one run is faster: the dK/dV launch
-# alone (H100, ``python -m bench.probes.dkdv_runs``; us, three runs at the
-# old pick / one run at 32x64/4w/3s): B4 H16 T8k causal 5865 / 5555, full
-# 11776 / 10159; B16 H16 T2k causal 1734 / 1569, full 3074 / 2670; B4 H16
-# T1k causal 162 / 141.  Split among the group's heads (B1, 32 query heads
-# on 4) one run lost (T4k 732 / 811, T16k 9312 / 11172), and at head dim 64
-# too (B1 T4k 32 on 4: 450 / 600; its loop's masked path costs more than
-# the spill saves).  DKDV_ONE_RUN: True/False forces it (tests), None: the
-# rule.
-DKDV_ONE_RUN: bool | None = None
-
-
-def dkdv_one_run(dim_class: int, half: bool, measured: bool, splits: int) -> bool:
-    """Whether the dK/dV launch walks its query blocks as one masked run
-    (``MASK_ALL``): where its tile is the measured one (``measured``) at head
-    dims 65-128 in bf16/fp16, unsplit (the measurements above)."""
-    if DKDV_ONE_RUN is not None:
-        return DKDV_ONE_RUN
-    return measured and MEASURED and not interpreter_requested() and dim_class == 128 and half and splits == 1
+    # dK/dV loops over queries: 32x64/4w/3s at every length, split or not.
+    # Measured alone on the H100 once its masked runs compared one limit a
+    # score (flash_bwd's query_limits; ``python -m bench.probes.dkdv_runs``,
+    # bf16, us): B1 T4k 32 query heads on 4, causal, split 695 against 929
+    # for 64x128/8w/2s (the pick before, at causal T >= 4096: 778 then);
+    # B4 H16 T8k causal 4719 (before, 64x128/8w/2s: 5818-5865), full 9292
+    # (11729-11776); B16 H16 T2k causal 1386 (1734-1738).
+    return (32, 64, 4, 3)
 
 
 # Head dims up to 64 in bf16/fp16: the PyTorch autotuner's own timings on

@@ -179,6 +179,20 @@ def test_head_dim_64_measured_tiles(kind, causal, length, ranged, splits, want, 
     assert flash_configs.measured_choice(kind, 64, causal, length, length, ranged, splits, half=False) is None
 
 
+@pytest.mark.parametrize("splits", [None, 1, 8])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_128_dkdv_tile(causal, splits, monkeypatch):
+    """Head dim 128's dK/dV tile is 32x64/4w/3s at every length, mask, split
+    (and while the split is sized) and for the ranged kernel: one of the
+    candidates the GPU suite checks."""
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    for length in (1024, 4096, 16384):
+        for ranged in (False, True):
+            got = flash_configs.measured_choice("dkdv", 128, causal, length, length, ranged, splits)
+            assert got == (32, 64, 4, 3), (length, ranged)
+    assert (32, 64, 4, 3) in flash_configs.CONFIGS["dkdv"][128]
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypatch):
     """With segment ids, each main launch is a gated pair (flash.gated_pair):

@@ -460,42 +460,13 @@ class FlashAttentionSuite(KernelLevelCases):
         # Unsplit, the kernel compiles as if there were no split (SPLIT).
         assert all(p.constexprs["SPLIT"] == (splits > 1) for p in dkdv)
 
-    @pytest.mark.parametrize("splits", [1, 3])
-    @pytest.mark.parametrize("positions", [False, True])
-    def test_dkdv_one_run(self, positions, splits, monkeypatch):
-        # The dK/dV kernel's walk as one masked run (MASK_ALL, forced here;
-        # a GPU takes it for plain and causal attention at head dims 65-128,
-        # unsplit) with what changes its loops: offset positions (three runs
-        # otherwise) or explicit ones (one run either way), a causal window,
-        # a soft cap, segment ids and their gated pair, sinks, a bias
-        # gradient, the group split; against the float64 reference.
-        from core_triton.attention import flash, flash_configs
-        from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel
-
-        shape = {"B": 2, "Tq": 70, "Tk": 70, "HQ": 6, "H": 2, "D": 16}
-        pos = "2d" if positions else None
-        case = make_case(np.random.default_rng(32), **shape, sink="1d", bias="BH", seg="q", pos=pos)
-        options = {"causal": True, "sliding_window": (30, 5), "logits_soft_cap": 2.0}
-        monkeypatch.setattr(flash_configs, "DKDV_ONE_RUN", True)
-        flash.replan()
-        try:
-            with dkdv_splits_set(self.fw, splits):
-                plans = spy_launches(self.fw, monkeypatch)
-                self._check(case, options)
-        finally:
-            monkeypatch.undo()
-            flash.replan()
-            self.fw.clear_caches()
-        dkdv = [p for p in plans if getattr(p.kernel, "fn", p.kernel) is flash_bwd_dkdv_kernel.fn]
-        assert dkdv, "the spy saw no dK/dV launch"
-        assert all(p.constexprs["MASK_ALL"] for p in dkdv)
-
     @pytest.mark.parametrize("seg", [None, "q"])
     @pytest.mark.parametrize("causal", [False, True])
-    def test_gpu_dkdv_one_run(self, causal, seg, monkeypatch):
-        # The walk a GPU takes for the dK/dV launch at head dim 128 unsplit
-        # (one masked run at 32x64 tiles; the first of segment ids' gated pair
-        # too), at the plan's own choice, against the float64 reference.
+    def test_gpu_dkdv_head_dim_128(self, causal, seg, monkeypatch):
+        # The dK/dV tiles a GPU takes at head dim 128 unsplit (every query
+        # head its own key head: 32x64, its masked runs comparing one limit
+        # a score; test_gpu_sizes covers the split), the first of segment
+        # ids' gated pair too, with partial blocks, against float64.
         if interpreter_requested():
             pytest.skip("GPU-only tiles (the interpreter runs its own small blocks)")
         from core_triton.attention.flash_bwd import flash_bwd_dkdv_kernel
@@ -510,11 +481,9 @@ class FlashAttentionSuite(KernelLevelCases):
         plans = spy_launches(self.fw, monkeypatch)
         self._check(c, {"causal": causal}, dtype="bfloat16")
         dkdv = [p for p in plans if p.kernel is flash_bwd_dkdv_kernel]
-        assert dkdv, "the spy saw no dK/dV launch"
-        # Plain attention's launch (the gated pair's first) walks one run;
-        # the ranged one keeps three.
-        assert [p.constexprs["MASK_ALL"] for p in dkdv] == ([True] if seg is None else [True, False])
-        assert all((p.constexprs["BM"], p.constexprs["BN"]) == (32, 64) for p in dkdv)
+        assert len(dkdv) == (1 if seg is None else 2)
+        tiles = {(p.constexprs["BM"], p.constexprs["BN"], p.constexprs["SPLIT"]) for p in dkdv}
+        assert tiles == {(32, 64, False)}
 
     @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
     @pytest.mark.parametrize("causal", [False, True])
