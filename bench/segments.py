@@ -107,7 +107,10 @@ def _kwargs(make, kind, lens, opts):
     return {}
 
 
-def _jax_fns(tensors, kind, lens, layers=1):
+def _jax_jitted(tensors, kind, lens, layers):
+    """``(fwd, vjp, args)``: ``layers`` chained JAX calls, jitted, as
+    ``fwd(q, k, v, kw)`` and ``vjp(q, k, v, do, kw)`` (the forward and the
+    gradients of the chain), and their arrays ``(q, k, v, do, kw)``."""
     import jax
     import jax.numpy as jnp
 
@@ -121,6 +124,13 @@ def _jax_fns(tensors, kind, lens, layers=1):
 
     fwd = jax.jit(chain)
     vjp = jax.jit(lambda q, k, v, do, kw: jax.vjp(lambda *x: chain(*x, kw), q, k, v)[1](do))
+    return fwd, vjp, (q, k, v, do, kw)
+
+
+def _jax_fns(tensors, kind, lens, layers=1):
+    import jax
+
+    fwd, vjp, (q, k, v, do, kw) = _jax_jitted(tensors, kind, lens, layers)
     return (lambda: fwd(q, k, v, kw)), (lambda: vjp(q, k, v, do, kw)), jax.block_until_ready
 
 
@@ -129,22 +139,11 @@ def range_launches(tensors, lens, layers=LAYERS) -> dict[str, int]:
     with segment ids (forward, and forward+backward), and of one call: with
     the layers' range launches merged, ``layers`` calls hold ``layers - 1``
     fewer than ``layers`` times one call's."""
-    import jax
-    import jax.numpy as jnp
-
-    import jax_api
-
-    q, k, v, do = (jnp.from_dlpack(t) for t in tensors)
-    kw = _kwargs(jnp.asarray, "segment ids", lens, dict(dtype=jnp.int32))
     counts = {}
     for n in (1, layers):
-
-        def chain(q, k, v, n=n):
-            return _chain(lambda x: jax_api.flash_attention(x, k, v, causal=True, **kw), q, n)
-
-        both = lambda q, k, v, chain=chain: jax.vjp(chain, q, k, v)[1](do)  # noqa: E731
-        for mode, f in (("fwd", chain), ("fwd+bwd", both)):
-            text = jax.jit(f).lower(q, k, v).compile().as_text()
+        fwd, vjp, (q, k, v, do, kw) = _jax_jitted(tensors, "segment ids", lens, n)
+        for mode, lowered in (("fwd", fwd.lower(q, k, v, kw)), ("fwd+bwd", vjp.lower(q, k, v, do, kw))):
+            text = lowered.compile().as_text()
             counts[f"{mode}, {n} layers"] = text.count('custom_call_target="triton_kernel_call"')
     return counts
 
