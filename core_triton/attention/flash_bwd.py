@@ -62,7 +62,6 @@ from core_triton.attention.flash_common import (
     mask_scores,
     offset_positions,
     piece_runs,
-    query_limits,
     range_runs,
     store_tile,
     visible_key_range,
@@ -105,9 +104,9 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     ROW64: tl.constexpr = FEATURES[7]
     DOT_PREC: tl.constexpr = FEATURES[8]
     # Offset positions, masked: the queries' validity folds into their
-    # positions (flash_common.query_limits) and a partial block's rows past
-    # the end read the piece's last row (in bounds, no load mask; the score
-    # mask drops them).  Keys past the end need no mask here: loaded as
+    # positions (flash_common.allowed_mask_t's LIMITS) and a partial block's
+    # rows past the end read the piece's last row (in bounds, no load mask;
+    # the score mask drops them).  Keys past the end need no mask here: loaded as
     # zeros, each key row's gradients depend on that row alone, and those
     # rows are never stored.  Explicit positions may take any int32: masks
     # as before.
@@ -119,8 +118,6 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     Q_bh, DO_bh, LSE_bh, DELTA_bh, QPOS_b, QSEG_b, BIAS_bh = ptrs
     stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn = strides
     k_ids = (kpos, kseg, kvalid)
-    left, right = window
-    klim = kpos if CAUSAL else tl.zeros_like(kpos)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
     for start in range(lo, hi, BM):
@@ -164,18 +161,9 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
                 b_ptrs = BIAS_bh + kcols[:, None] * stride_bn + m64[None, :] * stride_bm
                 bias_t = load_tile(b_ptrs, kvalid, qvalid, True, MASK).to(tl.float32)
             s_t, t_t = logits(qk_t, bias_t, scaling, HAS_CAP, HAS_BIAS)
-            if LIMITS:
-                allowed = klim[:, None] <= query_limits(qpos, qvalid, CAUSAL)[None, :]
-                if HAS_WINDOW:
-                    d = qpos[None, :] - kpos[:, None]
-                    allowed = allowed & (d <= left) & (-d <= right)
-                if HAS_SEG:
-                    allowed = allowed & (kseg[:, None] == qseg[None, :])
-                s_t = tl.where(allowed, s_t, float("-inf"))
-            else:
-                s_t = mask_scores(
-                    s_t, k_ids, (qpos, qseg, qvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, True
-                )
+            s_t = mask_scores(
+                s_t, k_ids, (qpos, qseg, qvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, True, LIMITS
+            )
             p_t = tl.exp2(s_t - lse2[None, :])
             dv += dot(p_t.to(do.dtype), do, DOT_PREC)
             dp_t = dot(v, tl.trans(do), DOT_PREC)
@@ -485,7 +473,9 @@ def _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATU
                 b_ptrs = BIAS_bh + offs_m.to(tl.int64)[:, None] * stride_bm + cols[None, :] * stride_bn
                 bias = load_tile(b_ptrs, qvalid, kvalid, True, MASK).to(tl.float32)
             s, t = logits(qk, bias, scaling, HAS_CAP, HAS_BIAS)
-            s = mask_scores(s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False)
+            s = mask_scores(
+                s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False, False
+            )
             p = tl.exp2(s - lse2[:, None])
             dp = dot(do, tl.trans(v), DOT_PREC)
             ds = p * (dp - delta[:, None])

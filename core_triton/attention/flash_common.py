@@ -271,12 +271,21 @@ def allowed_mask(qpos, kpos, qvalid, kvalid, window, CAUSAL: tl.constexpr, HAS_W
 
 
 @triton.jit
-def allowed_mask_t(kpos, qpos, kvalid, qvalid, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """``allowed_mask`` for a transposed tile: rows are keys, columns queries."""
+def allowed_mask_t(
+    kpos, qpos, kvalid, qvalid, window, CAUSAL: tl.constexpr, HAS_WINDOW: tl.constexpr, LIMITS: tl.constexpr
+):
+    """``allowed_mask`` for a transposed tile: rows are keys, columns
+    queries.  ``LIMITS`` (offset positions, for a caller that never stores
+    a key row past the end: the dK/dV kernel): one compare of the keys'
+    positions with :func:`query_limits`, the keys' validity untested."""
     left, right = window
-    m = kvalid[:, None] & qvalid[None, :]
-    if CAUSAL:
-        m = m & (kpos[:, None] <= qpos[None, :])
+    if LIMITS:
+        klim = kpos if CAUSAL else tl.zeros_like(kpos)
+        m = klim[:, None] <= query_limits(qpos, qvalid, CAUSAL)[None, :]
+    else:
+        m = kvalid[:, None] & qvalid[None, :]
+        if CAUSAL:
+            m = m & (kpos[:, None] <= qpos[None, :])
     if HAS_WINDOW:
         d = qpos[None, :] - kpos[:, None]
         m = m & (d <= left) & (-d <= right)
@@ -311,17 +320,19 @@ def mask_scores(
     HAS_WINDOW: tl.constexpr,
     HAS_SEG: tl.constexpr,
     KEY_ROWS: tl.constexpr,
+    LIMITS: tl.constexpr,
 ):
     """``s`` with ``-inf`` where a pair is not allowed: rows are queries and
     columns keys, or the transpose with ``KEY_ROWS``.  ``row_ids = (pos,
     seg, valid)`` of the rows, ``col_ids`` of the columns.  Without ``MASK``
     the block lies wholly inside the allowed positions and the valid rows
-    and columns: only segment ids are tested."""
+    and columns: only segment ids are tested.  ``LIMITS``: with
+    ``KEY_ROWS``, validity as :func:`allowed_mask_t` takes it."""
     rpos, rseg, rvalid = row_ids
     cpos, cseg, cvalid = col_ids
     if MASK:
         if KEY_ROWS:
-            allowed = allowed_mask_t(rpos, cpos, rvalid, cvalid, window, CAUSAL, HAS_WINDOW)
+            allowed = allowed_mask_t(rpos, cpos, rvalid, cvalid, window, CAUSAL, HAS_WINDOW, LIMITS)
         else:
             allowed = allowed_mask(rpos, cpos, rvalid, cvalid, window, CAUSAL, HAS_WINDOW)
         if HAS_SEG:

@@ -115,7 +115,9 @@ def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, F
                 s = s * LOG2E
             else:
                 s = qk * qk_scale
-            s = mask_scores(s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False)
+            s = mask_scores(
+                s, q_ids, (kpos, kseg, kvalid), window, MASK, CAUSAL, HAS_WINDOW, HAS_SEG, False, False
+            )
             m_new = tl.maximum(m_i, tl.max(s, 1))
             if MASK or HAS_SEG or HAS_BIAS:
                 # A row with nothing allowed so far keeps m = -inf: shift by 0
