@@ -14,7 +14,9 @@ adds our kernel's structure one piece at a time, each a constexpr flag:
   (``group // splits`` of arguments), not a constant;
 * ``L``: the ``lse == -inf`` guard, and the rows clamped to the end;
 * ``E``: the epilogue as ours: partials ``[splits, B, T, H, D]`` through
-  masked stores.
+  masked stores;
+* ``B`` (not ours: a candidate): one loop, the mask under a run-time branch
+  taken by the diagonal blocks only (without ``R``).
 
 Each flag alone, all of them, and all but each one, beside our kernel's
 own launch (the plan's, made as ``bench.probes.dkdv_runs`` does) in the same
@@ -40,11 +42,11 @@ from torch_api._launch import launch
 LOG2E = tl.constexpr(1.4426950408889634)
 B, T, HQ, H, D = 1, 4096, 32, 4, 64
 SPLITS = 8
-FLAGS = "RSGLE"
+FLAGS = "RSGLEB"
 
 
 @triton.jit
-def _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, hi, end, sq, qk_scale,
+def _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, hi, end, sq, qk_scale, mask_below,
             D: tl.constexpr, BM: tl.constexpr, MASK: tl.constexpr, GUARD: tl.constexpr):  # fmt: skip
     offs_d = tl.arange(0, D)
     for start in range(lo, hi, BM):
@@ -61,7 +63,11 @@ def _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, hi, end, sq, qk
         else:
             lse2 = lse * LOG2E
         s_t = dot(k, tl.trans(q), None) * qk_scale
-        if MASK:
+        if MASK == 2:
+            # One loop, the mask under a branch: only the blocks below mask_below.
+            if start < mask_below:
+                s_t = tl.where(offs_n[:, None] <= offs_m[None, :], s_t, float("-inf"))
+        elif MASK:
             if GUARD:
                 lim = tl.where(offs_m < end, offs_m, -2147483648)
             else:
@@ -80,7 +86,7 @@ def _bisect_dkdv(
     Q, K, V, DO, LSE, DELTA, DK, DV, T, group_rt, splits_rt, stride_qt, stride_kt, scale,
     HQ: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     SPLITS: tl.constexpr, R: tl.constexpr, S: tl.constexpr, G: tl.constexpr, L: tl.constexpr,
-    E: tl.constexpr,
+    E: tl.constexpr, BR: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid = tl.program_id(1)
@@ -118,14 +124,18 @@ def _bisect_dkdv(
         if R:
             # The first block whose queries all follow the keys: unmasked from there.
             mid = tl.minimum(tl.cdiv(pid_n * BN + BN, BM) * BM, T)
-            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, mid, T, sq, qk_scale,
+            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, mid, T, sq, qk_scale, 0,
                              D, BM, True, L)  # fmt: skip
-            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, mid, T, T, sq, qk_scale,
+            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, mid, T, T, sq, qk_scale, 0,
                              D, BM, False, L)  # fmt: skip
-            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, T, T, T, sq, qk_scale,
+            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, T, T, T, sq, qk_scale, 0,
                              D, BM, True, L)  # fmt: skip
+        elif BR:
+            mid = tl.minimum(tl.cdiv(pid_n * BN + BN, BM) * BM, T)
+            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, T, T, sq, qk_scale, mid,
+                             D, BM, 2, L)  # fmt: skip
         else:
-            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, T, T, sq, qk_scale,
+            dk, dv = _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, T, T, sq, qk_scale, 0,
                              D, BM, True, L)  # fmt: skip
     dk = dk * scale
     if E:
@@ -142,10 +152,10 @@ def _bisect_dkdv(
 
 
 def _variants():
-    one = [f for f in FLAGS]
-    every = FLAGS
-    but = [FLAGS.replace(f, "") for f in FLAGS]
-    return ["", *one, every, *but]
+    """Each flag alone, all of ours (RSGLE), all but each one, and ours with
+    the branch instead of the runs (SGLEB)."""
+    ours = "RSGLE"
+    return ["", *FLAGS, ours, "SGLEB", *(ours.replace(f, "") for f in ours)]
 
 
 def main():
@@ -176,6 +186,7 @@ def main():
         print(f"| ours | {bm}x{bn}/{w}w/{s}s | {us:.1f} | {diff:.1e} (partials) |", flush=True)
         for flags in _variants():
             fl = {f: int(f in flags) for f in FLAGS}
+            fl["BR"] = fl.pop("B")
             dk = torch.full((SPLITS, B, T, H, D), float("nan"), device="cuda", dtype=torch.float32)
             dv = torch.full_like(dk, float("nan"))
             grid = (T // bn, B * H * SPLITS)
