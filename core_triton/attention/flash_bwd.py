@@ -152,8 +152,13 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
             else:
                 lse = tl.load(LSE_bh + rows)
                 delta = tl.load(DELTA_bh + rows)
-            # An empty row has lse = -inf: +inf makes its p exactly 0.
-            lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+            if MASK or HAS_SEG or HAS_BIAS:
+                # An empty row has lse = -inf: +inf makes its p exactly 0.
+                # (Unmasked blocks without ids or bias allow every pair: no
+                # row of theirs is empty.)
+                lse2 = tl.where(lse == float("-inf"), float("inf"), lse) * LOG2E
+            else:
+                lse2 = lse * LOG2E
             qk_t = dot(k, tl.trans(q), DOT_PREC)  # [BN, BM]
             bias_t = qk_t
             if HAS_BIAS:
@@ -266,13 +271,22 @@ def flash_bwd_dkdv_kernel(
             stride_vb, stride_vh, stride_dob, stride_doh,
         )  # fmt: skip
     pid_n = tl.program_id(0)
-    # SPLIT: axis 1 is (batch, key head, split), and split ``s`` of
+    # SPLIT (1 or 2): axis 1 is (batch, key head, split), and split ``s`` of
     # ``splits`` takes its share of the group's query heads and writes its
-    # own float32 partial sums (flash_bwd_split_sum_kernel adds them).
-    # Else the outputs are dK/dV themselves, in the gradients' dtype, and the
-    # kernel is compiled as if there were no split (sm_90, head dim 128, the
-    # split's indices kept live spilled 608 bytes against 296).
-    if SPLIT:
+    # own float32 partial sums (flash_bwd_split_sum_kernel adds them); 2: the
+    # share is one head (splits == group), a constant, so that the loop over
+    # the share compiles away: a loop of a run-time count around the query
+    # walk's three runs kept ~80 more registers live on sm_90 and cost the
+    # Llama shape's launch about 15% (bench.probes.dkdv_bisect, flag G).
+    # SPLIT 0: the outputs are dK/dV themselves, in the gradients' dtype, and
+    # the kernel is compiled as if there were no split (sm_90, head dim 128,
+    # the split's indices kept live spilled 608 bytes against 296).
+    if SPLIT == 2:
+        split = tl.program_id(1) % splits
+        pid_bh = tl.program_id(1) // splits
+        per_split: tl.constexpr = 1
+        g0 = split
+    elif SPLIT:
         split = tl.program_id(1) % splits
         pid_bh = tl.program_id(1) // splits
         per_split = group // splits
@@ -335,8 +349,9 @@ def flash_bwd_dkdv_kernel(
     strides = (stride_qt, stride_qd, stride_dot, stride_dod, stride_bm, stride_bn)
     scaling = (scale, qk_scale, cap)
     window = (left, right)
-    for g in range(g0, g0 + per_split):
-        hq = (h * group + g).to(tl.int64)
+    # From 0: with a constant share of one the loop folds away.
+    for i in range(0, per_split):
+        hq = (h * group + g0 + i).to(tl.int64)
         Q_bh = Q + b64 * stride_qb + hq * stride_qh
         DO_bh = DO + b64 * stride_dob + hq * stride_doh
         LSE_bh = LSE + (b64 * HQ + hq) * Tq

@@ -112,8 +112,9 @@ def backward_plans(shared: GradShared):
             params=(*grad_params, H, splits, *strides, In("q"), In("q")),  # DK_IN, DV_IN: flash.gated_pair
             outputs=outputs,
             output_names=names,
-            # Whether it splits, a plan choice of two values (as ROW64).
-            constexprs=dict(consts, SPLIT=splits > 1, **block),
+            # Whether it splits (a plan choice of three values, as ROW64 is
+            # of two): 0 no, 2 one query head a program, 1 a share of them.
+            constexprs=dict(consts, SPLIT=0 if splits == 1 else 2 if splits == HQ // H else 1, **block),
             num_warps=w,
             num_stages=s,
         )
