@@ -24,9 +24,11 @@ FWD_CONFIGS = {
     256: [(32, 32, 4, 1), (64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3)],
 }
 DKDV_CONFIGS = {
-    # Head dim 64: 32x128/8w and 32x64/4w compile without spills on sm_90
-    # where 32x128/4w and 64x64/4w spill about 480 bytes (the split kernel
-    # at B1 T4k, 32 query heads on 4); index 4 stays the features' config (FIXED).
+    # Head dim 64: 32x128/8w and 32x64/4w compiled without spills on sm_90
+    # where 32x128/4w and 64x64/4w spilled about 480 bytes (the split kernel
+    # at B1 T4k, 32 query heads on 4; with one head a program a constant,
+    # SPLIT 2, Triton 3.6: 32x64/4w 164 registers, 32x128/4w 32 bytes of
+    # stack); index 4 stays the features' config (FIXED).
     64: [(32, 32, 4, 1), (32, 128, 4, 3), (64, 128, 8, 3), (32, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 3)],
     128: [(32, 32, 4, 1), (32, 128, 4, 3), (64, 128, 8, 2), (64, 64, 4, 3), (32, 64, 4, 3)],
     256: [(32, 32, 4, 1), (32, 64, 4, 2), (64, 64, 8, 2), (16, 64, 4, 2)],
@@ -127,6 +129,10 @@ def measured_choice(
 #   (32x64 1.10x); causal at 2k split among the group: 32x64/4w/3s
 #   (32x128 1.11x; unsplit, 32x128 leads by 1.05x); ranged up to 4k:
 #   32x64/4w/3s (32x128 1.09x; at 16k 32x128 leads by 1.10x);
+#   causal at 4k split among the group, since a share of one query head is
+#   a constant (flash_bwd_dkdv_kernel's SPLIT 2; bench.probes.dkdv_runs,
+#   the launch alone, B1 32 query heads on 4, two runs): 32x64/4w/3s 364 us
+#   against 400-402 for 32x128 (before that change: 426 / 437);
 # - dQ: 64x64/4w/3s everywhere (next 1.03-1.34x).
 # Why fixed: jax-triton autotunes on its own (its picks, and so its times,
 # differed from PyTorch's); its autotuned custom calls carry every
@@ -146,7 +152,7 @@ def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int
         return (32, 64, 4, 3) if length <= 4096 else (32, 128, 4, 3)
     if causal and length <= 1024:
         return (64, 64, 4, 3)
-    if causal and length <= 2048 and splits > 1:
+    if causal and length <= 4096 and splits > 1:
         return (32, 64, 4, 3)
     return (32, 128, 4, 3)
 

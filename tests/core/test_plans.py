@@ -161,6 +161,8 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
         ("dkdv", True, 1024, False, 1, (64, 64, 4, 3)),
         ("dkdv", True, 2048, False, 8, (32, 64, 4, 3)),
         ("dkdv", True, 2048, False, 1, (32, 128, 4, 3)),
+        ("dkdv", True, 4096, False, 8, (32, 64, 4, 3)),
+        ("dkdv", True, 16384, False, 8, (32, 128, 4, 3)),
         ("dkdv", True, 4096, True, 8, (32, 64, 4, 3)),
         ("dkdv", True, 16384, True, 8, (32, 128, 4, 3)),
         ("dkdv", False, 1024, False, 1, (32, 128, 4, 3)),
