@@ -11,6 +11,7 @@
 #   PART=all    both (the default; more than one 10-minute device call);
 #   PART=sanitize  compute-sanitizer memcheck over bad-cu_seqlens cases;
 #   PART=compare   before/after timings against the tree in .before;
+#   PART=trees     one probe (TREES_PROBE=module) on .before and on this tree;
 #   PART=host      bench/probes/host_overhead.py and jaxlib's Triton kernel API;
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
 #   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
@@ -121,6 +122,27 @@ if [ "$part" = warm ]; then
   done
   wait
   for c in $cases; do echo "== $c"; cat "/tmp/warm-$c.log"; done > "$out/warm.log"
+fi
+if [ "$part" = trees ]; then
+  # One probe module (TREES_PROBE, e.g. bench.probes.dkdv_runs, with its own
+  # environment) on the tree in .before and on this one, alternating, in
+  # TREES_ROUNDS rounds (default 2).  The first round's two processes
+  # compile side by side (their timings disturbed, kept apart as warm-*.log);
+  # waits name their process ids (a pattern match would also find this shell).
+  root=$PWD
+  pids=()
+  for t in .before .; do
+    ( cd "$root/$t" && PYTHONPATH="$root/.gpu-site:$root/$t" timeout "${TREES_TIMEOUT:-200}" python3 -m "$TREES_PROBE" ) \
+      > "$out/warm-${#t}.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for _ in $(seq "${TREES_ROUNDS:-2}"); do
+    for t in .before .; do
+      echo "== tree $t"
+      ( cd "$root/$t" && PYTHONPATH="$root/.gpu-site:$root/$t" timeout "${TREES_TIMEOUT:-200}" python3 -m "$TREES_PROBE" 2>&1 )
+    done
+  done 2>&1 | tee "$out/trees.log"
 fi
 if [ "$part" = compare ]; then
   # Kernel-bound cases on the tree in .before (an extracted git archive of
