@@ -46,17 +46,24 @@ if "DKDV_RUNS_SHAPE" in os.environ:
 TILES = {64: ((32, 64, 4, 3), (32, 128, 4, 3)), 128: ((32, 64, 4, 3), (64, 128, 8, 2))}
 
 
-def _case(B, T, HQ, H, D, causal):
-    g = torch.Generator(device="cuda").manual_seed(0)
+def forward_case(B, T, HQ, H, D, causal, g):
+    """``(plans, inputs)``: plain attention's plans for random bf16 ``q [B,
+    T, HQ, D]``, ``k``, ``v [B, T, H, D]`` (from generator ``g``) and the
+    forward's inputs."""
     q = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
     k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
     v = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    do = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
     plans, _ = core.plans(
         info(q), info(k), info(v), None, None, None, None, None, causal, None, None, None, None
     )
     zero = torch.zeros(1, device="cuda", dtype=torch.int32)
-    inputs = {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
+    return plans, {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
+
+
+def _case(B, T, HQ, H, D, causal):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    plans, inputs = forward_case(B, T, HQ, H, D, causal, g)
+    do = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
     out, lse = run_steps(plans.forward, inputs, launch)
     dkdv_steps, dq_steps = plans.grads(info(do), info(out), False)
     inputs.update(o=out, do=do, lse=lse)

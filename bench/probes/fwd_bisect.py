@@ -31,10 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
-from core_triton.attention import flash as core
+from bench.probes.dkdv_runs import forward_case
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.launch import run_steps
-from torch_api._launch import info, launch
+from torch_api._launch import launch
 
 LOG2E = tl.constexpr(1.4426950408889634)
 SHAPES = (
@@ -46,6 +46,31 @@ SHAPES = (
 )
 TILES = ((64, 64, 4, 4), (128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3))
 D = 64
+
+
+@triton.jit
+def _blocks(state, q, K_h, V_h, offs_m, lo, hi, sk, qk_scale,
+            D: tl.constexpr, BN: tl.constexpr, MASK: tl.constexpr, G: tl.constexpr):  # fmt: skip
+    """Key blocks ``lo, lo + BN, ... < hi`` into the online softmax ``state
+    = (acc, m, l)``; ``MASK``: the causal compare."""
+    acc, m_i, l_i = state
+    offs_d = tl.arange(0, D)
+    for start in range(lo, hi, BN):
+        offs_n = start + tl.arange(0, BN)
+        k = tl.load(K_h + offs_n[:, None] * sk + offs_d[None, :])
+        s = dot(q, tl.trans(k), None) * qk_scale
+        if MASK:
+            s = tl.where(offs_n[None, :] <= offs_m[:, None], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        if G:
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V_h + offs_n[:, None] * sk + offs_d[None, :])
+        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, None)
+        m_i = m_new
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -76,34 +101,11 @@ def _plain_fwd(
     qk_scale = scale * LOG2E
     # Key blocks wholly below the block's first query are fully visible.
     full_end = (pid_m * BM // BN) * BN if CAUSAL else T
-    for start in range(0, full_end, BN):
-        offs_n = start + tl.arange(0, BN)
-        k = tl.load(K_h + offs_n[:, None] * sk + offs_d[None, :])
-        s = dot(q, tl.trans(k), None) * qk_scale
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        if G:
-            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(s - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V_h + offs_n[:, None] * sk + offs_d[None, :])
-        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, None)
-        m_i = m_new
+    state = (acc, m_i, l_i)
+    state = _blocks(state, q, K_h, V_h, offs_m, 0, full_end, sk, qk_scale, D, BN, False, G)
     if CAUSAL:
-        for start in range(full_end, pid_m * BM + BM, BN):
-            offs_n = start + tl.arange(0, BN)
-            k = tl.load(K_h + offs_n[:, None] * sk + offs_d[None, :])
-            s = dot(q, tl.trans(k), None) * qk_scale
-            s = tl.where(offs_n[None, :] <= offs_m[:, None], s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            if G:
-                m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp2(s - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(V_h + offs_n[:, None] * sk + offs_d[None, :])
-            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, None)
-            m_i = m_new
+        state = _blocks(state, q, K_h, V_h, offs_m, full_end, pid_m * BM + BM, sk, qk_scale, D, BN, True, G)
+    acc, m_i, l_i = state
     if G:
         empty = l_i == 0.0
         out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -128,14 +130,8 @@ def main():
     print("| shape | tile | variant | us | max diff vs ours |\n|---|---|---|---|---|")
     for B, T, HQ, H, causal in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        v = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
-        plans, _ = core.plans(
-            info(q), info(k), info(v), None, None, None, None, None, causal, None, None, None, None
-        )
-        zero = torch.zeros(1, device="cuda", dtype=torch.int32)
-        inputs = {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
+        plans, inputs = forward_case(B, T, HQ, H, D, causal, g)
+        q, k, v = inputs["q"], inputs["k"], inputs["v"]
         main_plan, rest = plans.forward[0], plans.forward[1:]
         ref, _ = run_steps(plans.forward, inputs, launch)
         c = main_plan.constexprs
