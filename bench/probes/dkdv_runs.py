@@ -35,6 +35,9 @@ SHAPES = (
     (1, 4096, 32, 4, 128, True),
     (16, 2048, 16, 16, 128, True),
     (4, 1024, 16, 16, 128, True),
+    # Unsplit grouped heads (each program walks its key head's group).
+    (8, 4096, 32, 4, 64, True),
+    (2, 8192, 32, 8, 128, True),
 )
 # DKDV_RUNS_DIMS="128": the head dims to run; DKDV_RUNS_SHAPE=i: only the
 # i-th of those shapes (one process a shape compiles side by side).
