@@ -28,7 +28,6 @@ process.  Every variant's dK/dV is checked against our kernel's.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import torch
@@ -82,6 +81,16 @@ def _blocks(dk, dv, k, v, offs_n, Q_h, DO_h, LSE_h, DELTA_h, lo, hi, end, sq, qk
 
 
 @triton.jit
+def row_strides(stride_qt, stride_kt, HQ: tl.constexpr, H: tl.constexpr, D: tl.constexpr, S: tl.constexpr):
+    """The time strides of ``[B, T, HQ, D]`` queries and ``[B, T, H, D]``
+    keys: the run-time arguments with ``S``, else compile-time products."""
+    if S:
+        return stride_qt, stride_kt
+    else:
+        return HQ * D, H * D
+
+
+@triton.jit
 def _bisect_dkdv(
     Q, K, V, DO, LSE, DELTA, DK, DV, T, group_rt, splits_rt, stride_qt, stride_kt, scale,
     HQ: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -101,12 +110,7 @@ def _bisect_dkdv(
     b = bh // H
     h = bh % H
     group: tl.constexpr = HQ // H
-    if S:
-        sq = stride_qt
-        sk = stride_kt
-    else:
-        sq: tl.constexpr = HQ * D
-        sk: tl.constexpr = H * D
+    sq, sk = row_strides(stride_qt, stride_kt, HQ, H, D, S)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_d = tl.arange(0, D)
     k = tl.load(K + (b * T + offs_n[:, None]) * sk + h * D + offs_d[None, :])
@@ -159,7 +163,7 @@ def _variants():
 
 
 def main():
-    from bench.probes.dkdv_runs import _case
+    from bench.probes.dkdv_runs import _case, retiled
 
     tiles = [tuple(int(x) for x in t.split(",")) for t in os.environ.get("BISECT_TILES", "32,64,4,3").split()]
     steps, inputs = _case(B, T, HQ, H, D, True)
@@ -173,13 +177,7 @@ def main():
     ours = triton.testing.do_bench(lambda: launch(main_plan, inputs), warmup=25, rep=200) * 1e3
     print(f"| variant | tile | us | max diff vs ours |\n|---|---|---|---|\n| ours | plan | {ours:.1f} | |")
     for bm, bn, w, s in tiles:
-        plan = dataclasses.replace(
-            main_plan,
-            constexprs={**c, "BM": bm, "BN": bn},
-            num_warps=w,
-            num_stages=s,
-            grid=(triton.cdiv(T, bn), *main_plan.grid[1:]),
-        )
+        plan = retiled(main_plan, (bm, bn, w, s), T)
         got = launch(plan, inputs)
         diff = max((a - b).abs().max().item() for a, b in zip(got, launch(main_plan, inputs), strict=True))
         us = triton.testing.do_bench(lambda plan=plan: launch(plan, inputs), warmup=25, rep=200) * 1e3

@@ -55,6 +55,20 @@ TILES = {
 }
 
 
+def retiled(plan, tiles, length, block="BN"):
+    """``plan`` with ``tiles = (BM, BN, warps, stages)`` and its grid's first
+    axis over ``length`` in blocks of ``block`` ("BN" for the dK/dV kernel,
+    "BM" for the forward)."""
+    bm, bn, w, s = tiles
+    return dataclasses.replace(
+        plan,
+        constexprs={**plan.constexprs, "BM": bm, "BN": bn},
+        num_warps=w,
+        num_stages=s,
+        grid=(triton.cdiv(length, {"BM": bm, "BN": bn}[block]), *plan.grid[1:]),
+    )
+
+
 def forward_case(B, T, HQ, H, D, causal, g):
     """``(plans, inputs)``: plain attention's plans for random bf16 ``q [B,
     T, HQ, D]``, ``k``, ``v [B, T, H, D]`` (from generator ``g``) and the
@@ -102,14 +116,7 @@ def main():
         c = main_plan.constexprs
         mine = (c["BM"], c["BN"], main_plan.num_warps, main_plan.num_stages)
         for tiles in (mine, *(t for t in TILES[shape[4]] if t != mine)):
-            bm, bn, w, s = tiles
-            plan = dataclasses.replace(
-                main_plan,
-                constexprs={**c, "BM": bm, "BN": bn},
-                num_warps=w,
-                num_stages=s,
-                grid=(triton.cdiv(shape[1], bn), *main_plan.grid[1:]),
-            )
+            plan = retiled(main_plan, tiles, shape[1])
             try:
                 row = _time(plan, rest, inputs, ref)
             except Exception as e:  # one variant's failure must not hide the others

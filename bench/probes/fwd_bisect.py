@@ -23,7 +23,6 @@ maximum difference from our output.  ``python -m bench.probes.fwd_bisect``;
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 
@@ -31,7 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from bench.probes.dkdv_runs import forward_case
+from bench.probes.dkdv_bisect import row_strides
+from bench.probes.dkdv_runs import forward_case, retiled
 from core_triton.common.kernel_helpers import dot
 from core_triton.common.launch import run_steps
 from torch_api._launch import launch
@@ -84,12 +84,7 @@ def _plain_fwd(
     b = pid_bh // HQ
     hq = pid_bh % HQ
     h = hq // (HQ // H)
-    if S:
-        sq = stride_qt
-        sk = stride_kt
-    else:
-        sq: tl.constexpr = HQ * D
-        sk: tl.constexpr = H * D
+    sq, sk = row_strides(stride_qt, stride_kt, HQ, H, D, S)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_d = tl.arange(0, D)
     q = tl.load(Q + (b * T + offs_m[:, None]) * sq + hq * D + offs_d[None, :])
@@ -140,13 +135,7 @@ def main():
         for tiles in (mine, *(t for t in TILES if t != mine)):
             bm, bn, w, s = tiles
             name = f"{bm}x{bn}/{w}w/{s}s" + (" (plan)" if tiles == mine else "")
-            plan = dataclasses.replace(
-                main_plan,
-                constexprs={**c, "BM": bm, "BN": bn},
-                num_warps=w,
-                num_stages=s,
-                grid=(triton.cdiv(T, bm), *main_plan.grid[1:]),
-            )
+            plan = retiled(main_plan, tiles, T, "BM")
             try:
                 got, _ = run_steps((plan, *rest), inputs, launch)
                 diff = (got.float() - ref.float()).abs().max().item()
