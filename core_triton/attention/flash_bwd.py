@@ -281,15 +281,13 @@ def flash_bwd_dkdv_kernel(
     # SPLIT 0: the outputs are dK/dV themselves, in the gradients' dtype, and
     # the kernel is compiled as if there were no split (sm_90, head dim 128,
     # the split's indices kept live spilled 608 bytes against 296).
-    if SPLIT == 2:
+    if SPLIT:
         split = tl.program_id(1) % splits
         pid_bh = tl.program_id(1) // splits
-        per_split: tl.constexpr = 1
-        g0 = split
-    elif SPLIT:
-        split = tl.program_id(1) % splits
-        pid_bh = tl.program_id(1) // splits
-        per_split = group // splits
+        if SPLIT == 2:
+            per_split: tl.constexpr = 1
+        else:
+            per_split = group // splits
         g0 = split * per_split
     else:
         pid_bh = tl.program_id(1)
