@@ -130,17 +130,17 @@ if [ "$part" = trees ]; then
   # compile side by side (their timings disturbed, kept apart as warm-*.log);
   # waits name their process ids (a pattern match would also find this shell).
   root=$PWD
+  on_tree() { ( cd "$root/$1" && PYTHONPATH="$root/.gpu-site:$root/$1" timeout "${TREES_TIMEOUT:-200}" python3 -m "$TREES_PROBE" 2>&1 ); }
   pids=()
   for t in .before .; do
-    ( cd "$root/$t" && PYTHONPATH="$root/.gpu-site:$root/$t" timeout "${TREES_TIMEOUT:-200}" python3 -m "$TREES_PROBE" ) \
-      > "$out/warm-${#t}.log" 2>&1 &
+    on_tree "$t" > "$out/warm-${#t}.log" &
     pids+=($!)
   done
   wait "${pids[@]}"
   for _ in $(seq "${TREES_ROUNDS:-2}"); do
     for t in .before .; do
       echo "== tree $t"
-      ( cd "$root/$t" && PYTHONPATH="$root/.gpu-site:$root/$t" timeout "${TREES_TIMEOUT:-200}" python3 -m "$TREES_PROBE" 2>&1 )
+      on_tree "$t"
     done
   done 2>&1 | tee "$out/trees.log"
 fi
