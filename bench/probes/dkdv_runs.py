@@ -39,12 +39,12 @@ SHAPES = (
     (8, 4096, 32, 4, 64, True),
     (2, 8192, 32, 8, 128, True),
 )
-# DKDV_RUNS_DIMS="128": the head dims to run; DKDV_RUNS_SHAPE=i: only the
-# i-th of those shapes (one process a shape compiles side by side).
+# DKDV_RUNS_DIMS="128": the head dims to run; DKDV_RUNS_SHAPE="i j": only the
+# i-th and j-th of those shapes (one process a shape compiles side by side).
 _DIMS = os.environ.get("DKDV_RUNS_DIMS", "64 128").split()
 SHAPES = tuple(s for s in SHAPES if str(s[4]) in _DIMS)
 if "DKDV_RUNS_SHAPE" in os.environ:
-    SHAPES = (SHAPES[int(os.environ["DKDV_RUNS_SHAPE"])],)
+    SHAPES = tuple(SHAPES[int(i)] for i in os.environ["DKDV_RUNS_SHAPE"].split())
 # Tiles tried beside the plan's own, per head dim.
 # Head dim 128's 8-warp 32x64 and 64x64 compile without spills on sm_90
 # (Triton 3.6, B4 H16 T8k causal: 200 and 255 registers) where the plan's
