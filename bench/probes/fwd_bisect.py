@@ -18,7 +18,7 @@ online softmax in base 2, every size a multiple of its block.  Flags
 
 Each variant and our plan's kernel at the same tiles, per shape, with the
 maximum difference from our output.  ``python -m bench.probes.fwd_bisect``;
-``FWD_BISECT_SHAPE=i`` runs one shape of ``SHAPES``.
+``FWD_BISECT_SHAPE="i j"`` runs those shapes of ``SHAPES``.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _variants():
 def main():
     shapes = SHAPES
     if "FWD_BISECT_SHAPE" in os.environ:
-        shapes = (SHAPES[int(os.environ["FWD_BISECT_SHAPE"])],)
+        shapes = tuple(SHAPES[int(i)] for i in os.environ["FWD_BISECT_SHAPE"].split())
     print("| shape | tile | variant | us | max diff vs ours |\n|---|---|---|---|---|")
     for B, T, HQ, H, causal in shapes:
         g = torch.Generator(device="cuda").manual_seed(0)
