@@ -163,10 +163,10 @@ def _variants():
 
 
 def main():
-    from bench.probes.dkdv_runs import _case, retiled
+    from bench.probes.dkdv_runs import backward_case, retiled
 
     tiles = [tuple(int(x) for x in t.split(",")) for t in os.environ.get("BISECT_TILES", "32,64,4,3").split()]
-    steps, inputs = _case(B, T, HQ, H, D, True)
+    *_, steps, inputs = backward_case(B, T, HQ, H, D, True)
     main_plan = steps[0]
     ref_dk, ref_dv = run_steps(steps, inputs, launch)
     q, k, v, do = (inputs[n] for n in ("q", "k", "v", "do"))

@@ -83,7 +83,10 @@ def forward_case(B, T, HQ, H, D, causal, g):
     return plans, {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
 
 
-def _case(B, T, HQ, H, D, causal):
+def backward_case(B, T, HQ, H, D, causal):
+    """``(forward, dq, dkdv, inputs)``: plain attention's launches (each a
+    tuple of steps) for random bf16 inputs, and every array they read, the
+    forward's and dQ's outputs included (``delta`` from the real dQ)."""
     g = torch.Generator(device="cuda").manual_seed(0)
     plans, inputs = forward_case(B, T, HQ, H, D, causal, g)
     do = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -92,7 +95,7 @@ def _case(B, T, HQ, H, D, causal):
     inputs.update(o=out, do=do, lse=lse)
     _, delta = run_steps(dq_steps, inputs, launch)
     inputs["delta"] = delta
-    return dkdv_steps, inputs
+    return plans.forward, dq_steps, dkdv_steps, inputs
 
 
 def _time(plan, rest, inputs, ref) -> str:
@@ -110,7 +113,7 @@ def main():
     print("| shape | tiles (BM, BN, warps, stages) | dK/dV us | sum us | max diff |")
     print("|---|---|---|---|---|")
     for shape in SHAPES:
-        steps, inputs = _case(*shape)
+        *_, steps, inputs = backward_case(*shape)
         main_plan, rest = steps[0], steps[1:]
         ref = run_steps(steps, inputs, launch)
         c = main_plan.constexprs
