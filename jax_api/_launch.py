@@ -153,9 +153,10 @@ JAX_LAUNCHER = os.environ.get("TWINKERNELS_JAX_LAUNCHER", "jax-triton")
 def _takes_compiled_path(plan: LaunchPlan) -> bool:
     if getattr(plan.kernel, "needs_global_scratch", False):
         return True
-    return (
-        JAX_LAUNCHER == "compiled" and type(plan.kernel).__name__ == "JITFunction" and not callable(plan.grid)
-    )
+    plain = type(plan.kernel).__name__ == "JITFunction" and not callable(plan.grid)
+    # jax-triton compiles with num_warps and num_stages only: a register cap
+    # (LaunchPlan.maxnreg) needs Triton's own compile.
+    return plain and (JAX_LAUNCHER == "compiled" or plan.maxnreg is not None)
 
 
 def zeroed_outputs(plan: LaunchPlan) -> tuple[int, ...]:

@@ -54,7 +54,11 @@ class OutputSpec:
 class LaunchPlan:
     """One launch.  ``grid`` is a tuple, or a callable of the metaparameters
     for autotuned kernels (whose configs then set ``num_warps`` and
-    ``num_stages``: leave both None)."""
+    ``num_stages``: leave both None).  ``maxnreg``: a cap on registers per
+    thread (PTX ``.maxnreg``; None: the compiler's choice), for a kernel
+    whose greedy allocation leaves one program fewer per multiprocessor
+    than a cap that costs no spill; the JAX binding launches such plans
+    through jax_api._compiled (jax-triton cannot set it)."""
 
     kernel: Any
     grid: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...]]
@@ -63,6 +67,7 @@ class LaunchPlan:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     num_warps: int | None = 4
     num_stages: int | None = 2
+    maxnreg: int | None = None
     # Names under which the outputs join the inputs of later launches of a
     # multi-launch op (see run_steps).
     output_names: tuple[str, ...] = ("out",)
@@ -101,6 +106,8 @@ class LaunchPlan:
             opts["num_warps"] = self.num_warps
         if self.num_stages is not None:
             opts["num_stages"] = self.num_stages
+        if self.maxnreg is not None:
+            opts["maxnreg"] = self.maxnreg
         return opts
 
 

@@ -61,3 +61,31 @@ def test_interpreter_tries_one_config():
     if not is_interpreted(_axpy_kernel):
         pytest.skip("compiled kernels autotune over every config")
     assert len(_axpy_kernel.configs) == 1
+
+
+@pytest.mark.parametrize("maxnreg", [None, 32])
+def test_register_cap_through_both_launchers(maxnreg):
+    """A plan's register cap (LaunchPlan.maxnreg) reaches both launchers:
+    Triton's own launch in PyTorch, and in JAX the compiled path
+    (jax_api._compiled; jax-triton cannot set a cap), with the same bits."""
+    from jax_api._launch import _takes_compiled_path
+
+    n = 1000
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    plan = LaunchPlan(
+        kernel=_axpy_kernel.fn,
+        grid=(cdiv(n, 128),),
+        params=(In("x"), In("y"), 0.3, n),
+        outputs=(OutputSpec((n,), "float32"),),
+        constexprs={"HAS_Y": True, "BLOCK": 128},
+        maxnreg=maxnreg,
+    )
+    assert plan.launch_options().get("maxnreg") == maxnreg
+    device = "cpu" if is_interpreted(_axpy_kernel) else "cuda"
+    if device == "cuda":  # the interpreter runs every plan through its own call
+        assert _takes_compiled_path(plan) == (maxnreg is not None)
+    (out_t,) = torch_launch(plan, {"x": torch.from_numpy(x).to(device), "y": torch.from_numpy(y).to(device)})
+    (out_j,) = jax_launch(plan, {"x": jnp.asarray(x), "y": jnp.asarray(y)})
+    np.testing.assert_allclose(out_t.cpu().numpy(), np.float32(0.3) * x + y, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(out_j), out_t.cpu().numpy())
