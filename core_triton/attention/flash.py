@@ -161,16 +161,18 @@ def gated_pair(
     pointers, one per output.  ``first``: another first launch (the
     warp-specialised forward, gated), where plain attention takes it;
     ``tiles``: plain attention's ``(kernel, grid, block, num_warps,
-    num_stages)`` for the first launch (its measured tiles may not be the
+    num_stages, maxnreg)`` for the first launch (its measured tiles may not be the
     ranged kernel's), else the ranged launch's own."""
     n = len(plan.outputs)
     whole = first
     if whole is None:
-        kernel, grid, block, w, s = tiles or (plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages)
+        kernel, grid, block, w, s, cap = tiles or (
+            plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages, plan.maxnreg
+        )  # fmt: skip
         flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
         whole = dataclasses.replace(
             plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **block, **flags},
-            num_warps=w, num_stages=s,
+            num_warps=w, num_stages=s, maxnreg=cap,
         )  # fmt: skip
     rest = dataclasses.replace(
         plan,
@@ -271,7 +273,8 @@ def attention_plans(
     fixed = 0 if interpreter_requested() else FIXED[dim_class]
 
     def config(kind, table, ranged=ranged, splits=1):
-        """(BM, BN, num_warps, num_stages) of ``kind``, or None to autotune.
+        """(BM, BN, num_warps, num_stages[, maxnreg]) of ``kind``, or None
+        to autotune.
         ``ranged``: for the ranged kernel (False: plain attention's, the
         first of a gated pair); ``splits``: the dK/dV split (None while it
         is sized)."""
@@ -292,10 +295,10 @@ def attention_plans(
         chosen = config(kind[0], table, ranged, splits)
         if chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
-            return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None
-        bm, bn, w, s = chosen
+            return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None, None
+        bm, bn, w, s, *cap = chosen
         block = {"BM": bm, "BN": bn}
-        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s
+        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s, (cap or [None])[0]
 
     index_inputs = (
         In("qoff"),
@@ -326,7 +329,7 @@ def attention_plans(
         *_strides_or_zero(bias, 4),
     )
 
-    kernel, grid, block, w, s = kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ)
+    kernel, grid, block, w, s, cap = kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ)
     n_sink = 1 if sink is None else (sink.shape[1] if sink.ndim == 2 else 1)
     forward = LaunchPlan(
         kernel=kernel,
@@ -363,6 +366,7 @@ def attention_plans(
         ),
         num_warps=w,
         num_stages=s,
+        maxnreg=cap,
     )
     # The ring's blocks (position offsets other than 0) keep the main kernel.
     like_plain = tuned and tuple(qoff) == (0,) and tuple(koff) == (0,)  # but for segment ids

@@ -53,8 +53,9 @@ class GradShared:
     (``grad_params``), the optional inputs' strides (``aux_strides``), the
     gradients' dtype (None: the inputs'), and the tile choice
     (``config(kind, table, ranged, splits)`` -> ``(BM, BN, num_warps,
-    num_stages)`` or None to autotune; ``kernel_and_grid(kind, table, rows,
-    programs, ranged, splits)``), and ``gate``: None, or the function that
+    num_stages[, maxnreg])`` or None to autotune; ``kernel_and_grid(kind,
+    table, rows, programs, ranged, splits)`` -> ``(kernel, grid, block,
+    num_warps, num_stages, maxnreg)``), and ``gate``: None, or the function that
     splits a ranged launch into its gated pair (flash.gated_pair)."""
 
     q: TensorInfo
@@ -99,7 +100,7 @@ def backward_plans(shared: GradShared):
         bn = 64 if chosen is None else chosen[1]
         splits = dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
         dkdv_tiles = functools.partial(kernel_and_grid, ("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
-        kernel, grid, block, w, s = dkdv_tiles(splits=splits)
+        kernel, grid, block, w, s, cap = dkdv_tiles(splits=splits)
         grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV
         if splits == 1:
             outputs, names = grads_out, ("dk", "dv")
@@ -117,6 +118,7 @@ def backward_plans(shared: GradShared):
             constexprs=dict(consts, SPLIT=0 if splits == 1 else 2 if splits == HQ // H else 1, **block),
             num_warps=w,
             num_stages=s,
+            maxnreg=cap,
         )
         # A gated pair's first launch takes plain attention's tiles.
         dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv, None, dkdv_tiles(False, splits))
@@ -135,7 +137,7 @@ def backward_plans(shared: GradShared):
                 ),
             )
         dq_tiles = functools.partial(kernel_and_grid, ("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
-        kernel, grid, block, w, s = dq_tiles()
+        kernel, grid, block, w, s, cap = dq_tiles()
         # The dQ kernel reads the output where the others read delta (it
         # makes delta: flash_bwd.flash_bwd_dq_kernel).
         dq_params = tuple(In("o") if p == In("delta") else p for p in grad_params)
@@ -157,6 +159,7 @@ def backward_plans(shared: GradShared):
             constexprs=dict(consts, DIV16=stride_hint_bits(q, k, v, do, o), HAS_DLSE=dlse, **block),
             num_warps=w,
             num_stages=s,
+            maxnreg=cap,
         )
         return dkdv_steps, ((dq,) if shared.gate is None else shared.gate(dq, None, dq_tiles(False)))
 
@@ -168,7 +171,7 @@ def backward_plans(shared: GradShared):
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         # The same working set as the dQ kernel (BM queries, BN keys, q/dO
         # and k/v tiles): its config (a bias is never autotuned).
-        bm, bn, w, s = config("dq", DQ_CONFIGS)
+        bm, bn, w, s, *_ = config("dq", DQ_CONFIGS)
         consts = {n: common[n] for n in _DBIAS_CONSTS}
         return LaunchPlan(
             kernel=flash_bwd_dbias_kernel,

@@ -15,11 +15,20 @@ from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import autotune, interpreter_requested
 from core_triton.common.utils import next_power_of_2
 
-# (BM, BN, num_warps, num_stages).  The first config of each list is what the
+# (BM, BN, num_warps, num_stages[, maxnreg]).  The first config of each list is what the
 # interpreter runs (small blocks: several blocks per test sequence), and is
 # valid on a GPU too.  BM: query rows per block; BN: key rows per block.
 FWD_CONFIGS = {
-    64: [(32, 32, 4, 1), (128, 64, 4, 3), (128, 128, 4, 3), (128, 128, 8, 3), (64, 64, 4, 4)],
+    # Head dim 64's last: 8 warps capped at 128 registers (flash_configs'
+    # _measured_64; a fifth element is LaunchPlan.maxnreg).
+    64: [
+        (32, 32, 4, 1),
+        (128, 64, 4, 3),
+        (128, 128, 4, 3),
+        (128, 128, 8, 3),
+        (64, 64, 4, 4),
+        (128, 64, 8, 3, 128),
+    ],
     128: [(32, 32, 4, 1), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
     256: [(32, 32, 4, 1), (64, 64, 4, 2), (128, 64, 8, 2), (64, 32, 4, 3)],
 }
@@ -34,7 +43,8 @@ DKDV_CONFIGS = {
     256: [(32, 32, 4, 1), (32, 64, 4, 2), (64, 64, 8, 2), (16, 64, 4, 2)],
 }
 DQ_CONFIGS = {
-    64: [(32, 32, 4, 1), (128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3)],
+    # Index 4 (the last) stays the features' config (FIXED).
+    64: [(32, 32, 4, 1), (128, 32, 4, 3), (128, 64, 8, 3), (128, 64, 8, 3, 128), (64, 64, 4, 3)],
     128: [(32, 32, 4, 1), (128, 32, 4, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3)],
     256: [(32, 32, 4, 1), (64, 32, 4, 2), (64, 64, 8, 2), (128, 32, 8, 2)],
 }
@@ -91,7 +101,8 @@ def measured_choice(
     splits: int | None = 1,
     half: bool = True,
 ):
-    """(BM, BN, num_warps, num_stages) for ``kind``, or None to autotune.
+    """(BM, BN, num_warps, num_stages[, maxnreg]) for ``kind``, or None to
+    autotune (maxnreg: a register cap, LaunchPlan.maxnreg).
     ``ranged``: the segment ids' ranged kernel (HAS_RANGE); ``splits``: the
     dK/dV split (flash_bwd_plans; None while it is being sized); ``half``:
     bf16/fp16 inputs."""
@@ -141,18 +152,37 @@ def measured_choice(
 # forward (B1 T128) took 176 us a call at head dim 64 against 92 at 96,
 # whose tiles were fixed (PyTorch: 175 against 128); and a first call paid
 # the sweep's compiles.  Both bindings now launch the same kernels.
+# Register caps (PTX .maxnreg; LaunchPlan.maxnreg), H200, bf16, each launch
+# timed alone beside the plan's (``python -m bench.probes.reg_cap``, us).
+# Triton gives the 8-warp 128x64 forward 167 registers (one program an SM)
+# where 128 fit without spilling (two; Triton 3.6, sm_90, offline):
+# - forward 128x64/8w/3s capped at 128, against the tiles before: B4 H16 T8k
+#   causal 1426 vs 1538 (64x64/4w/4s), full 2646 vs 2726 (128x64/4w/3s);
+#   B16 H16 T2k causal 430 vs 457, full 725 vs 739.  At the Llama shape (B1
+#   T4k, 32 query heads on 4, causal) 220 vs 216: causal at 4k keeps 64x64.
+# - dQ 128x64/8w/3s capped at 128 (16 bytes of spill at 64x64/4w/3s's
+#   cap): full B4 T8k 2755 vs 3006, B16 T2k 751 vs 807; causal it lost or
+#   tied (Llama 246 vs 217, B16 T2k 508 vs 485, B4 T8k 1604 vs 1608).
+# - dK/dV unsplit: 32x64/4w/3s beat 32x128/4w/3s (152 bytes of stack) at
+#   B4 H16 T8k causal 2633 vs 2661, full 5089 vs 5129, B16 H16 T2k causal
+#   750 vs 792, full 1311 vs 1358, and B8 T4k 32 query heads on 4 causal
+#   3223 vs 3288; capping it at 128 (48-72 bytes of spill) won at one of
+#   the four shapes and lost at two.
+# Lengths of 1k and below keep the tiles before (not measured).
 def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int | None):
     if kind == "dq":
-        return (64, 64, 4, 3)
+        return (128, 64, 8, 3, 128) if not causal and not ranged and length >= 2048 else (64, 64, 4, 3)
     if kind == "fwd":
-        return (64, 64, 4, 4) if causal and not ranged and length < 16384 else (128, 64, 4, 3)
+        if ranged or length <= 1024:
+            return (64, 64, 4, 4) if causal and not ranged else (128, 64, 4, 3)
+        return (64, 64, 4, 4) if causal and length == 4096 else (128, 64, 8, 3, 128)
     if splits is None:
         return None  # sized on 64 keys a block, as when autotuned (flash_bwd_plans)
     if ranged:
         return (32, 64, 4, 3) if length <= 4096 else (32, 128, 4, 3)
     if causal and length <= 1024:
         return (64, 64, 4, 3)
-    if causal and length <= 4096 and splits > 1:
+    if (splits == 1 and length >= 2048) or (causal and length <= 4096):
         return (32, 64, 4, 3)
     return (32, 128, 4, 3)
 
@@ -196,7 +226,10 @@ def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
 
 
 def _configs(table):
-    return [triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in table]
+    return [
+        triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s, maxnreg=(cap or [None])[0])
+        for bm, bn, w, s, *cap in table
+    ]
 
 
 # Autotuning keeps one pick per key, and the key names no length: the

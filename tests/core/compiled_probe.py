@@ -41,6 +41,19 @@ def main():
             "params": [[p.type, p.value] for p in c.params],
             "gate": plan.constexprs["GATE"],
         }
+    # Head dim 64 at 2k, full: the forward and dQ plans cap registers at
+    # 128 (LaunchPlan.maxnreg), which must reach the PTX.
+    q = TensorInfo((1, 2048, 4, 64), "bfloat16", (2048 * 4 * 64, 4 * 64, 64, 1))
+    plans, _ = flash.plans(q, q, q)
+    _, (dq, *_) = plans.grads(q, q)
+    dtypes = {n: "bfloat16" for n in ("q", "k", "v", "o", "do")}
+    dtypes.update(qoff="int32", koff="int32", lse="float32", delta="float32")
+    for name, plan in (("capped forward", plans.forward[0]), ("capped dq", dq)):
+        c = compile_plan(plan, dtypes, 90)
+        result[name] = {
+            "maxnreg": plan.maxnreg,
+            "ptx_maxnreg": [ln.strip() for ln in c.ptx.splitlines() if ".maxnreg" in ln],
+        }
     print(json.dumps(result))
 
 

@@ -47,3 +47,7 @@ def test_ws_forward_compiles_warp_specialised_with_scratch():
         ranges = "*i32" if r["gate"] else "*bf16"
         assert types == ["*bf16"] * 4 + [ranges, "fp32"] + ["i32"] * 5 + ["*bf16", "*fp32"], r
         assert [v for _, v in r["params"]][6:11] == [2, 1024, 1024, 4, 4], r
+    # A plan's register cap reaches the compiled kernel (jaxlib's launch of
+    # it, like Triton's, then runs at most 128 registers a thread).
+    for case in ("capped forward", "capped dq"):
+        assert result[case] == {"maxnreg": 128, "ptx_maxnreg": [".maxnreg 128"]}, result[case]

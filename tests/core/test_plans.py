@@ -15,6 +15,18 @@ def _info(shape, dtype="float32"):
     return TensorInfo(shape, dtype, contiguous_strides(shape))
 
 
+def _tiles(plan_or_config) -> tuple:
+    """``(BM, BN, num_warps, num_stages, maxnreg)`` of a plan or a config
+    (``maxnreg`` None where the config has no fifth element)."""
+    if isinstance(plan_or_config, tuple):
+        return (*plan_or_config, None)[:5]
+    p = plan_or_config
+    return (p.constexprs["BM"], p.constexprs["BN"], p.num_warps, p.num_stages, p.maxnreg)
+
+
+CAPPED = (128, 64, 8, 3, 128)  # 8 warps at most 128 registers a thread
+
+
 def test_local_grid_covers_every_chunk_of_packed_input():
     # N sequences add at most N partial chunks to cdiv(T, chunk).
     cu = _info((5,), "int32")
@@ -136,7 +148,7 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
                 )
                 for kind, plan in launches:
                     assert not hasattr(plan.kernel, "configs"), (dtype, causal, plan.kernel)
-                    got = (plan.constexprs["BM"], plan.constexprs["BN"], plan.num_warps, plan.num_stages)
+                    got = _tiles(plan)
                     table = c.CONFIGS[kind][64]
                     if D == 128:
                         want = flash_configs.measured_choice(kind, 128, causal, 300, 300)
@@ -144,7 +156,7 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
                         want = flash_configs.measured_choice(kind, 64, causal, 300, 300, False, 1)
                     else:
                         want = table[min(flash_configs.FIXED[64], len(table) - 1)]
-                    assert got == want, (dtype, causal, kind, got)
+                    assert got == _tiles(want), (dtype, causal, kind, got)
     finally:
         flash.attention_plans.cache_clear()
 
@@ -153,15 +165,27 @@ def test_no_gpu_plan_autotunes(D, monkeypatch):
     "kind, causal, length, ranged, splits, want",
     [
         ("fwd", True, 4096, False, 1, (64, 64, 4, 4)),
-        ("fwd", True, 16384, False, 1, (128, 64, 4, 3)),
+        ("fwd", True, 2048, False, 1, CAPPED),
+        ("fwd", True, 8192, False, 1, CAPPED),
+        ("fwd", True, 16384, False, 1, CAPPED),
+        ("fwd", False, 8192, False, 1, CAPPED),
+        ("fwd", True, 1024, False, 1, (64, 64, 4, 4)),
         ("fwd", False, 1024, False, 1, (128, 64, 4, 3)),
         ("fwd", True, 4096, True, 1, (128, 64, 4, 3)),
+        ("fwd", False, 8192, True, 1, (128, 64, 4, 3)),
         ("dq", True, 4096, True, 1, (64, 64, 4, 3)),
+        ("dq", False, 8192, True, 1, (64, 64, 4, 3)),
+        ("dq", True, 8192, False, 1, (64, 64, 4, 3)),
+        ("dq", False, 2048, False, 1, CAPPED),
+        ("dq", False, 1024, False, 1, (64, 64, 4, 3)),
         ("dkdv", True, 4096, False, None, None),
         ("dkdv", True, 1024, False, 1, (64, 64, 4, 3)),
         ("dkdv", True, 2048, False, 8, (32, 64, 4, 3)),
-        ("dkdv", True, 2048, False, 1, (32, 128, 4, 3)),
+        ("dkdv", True, 2048, False, 1, (32, 64, 4, 3)),
+        ("dkdv", False, 8192, False, 1, (32, 64, 4, 3)),
+        ("dkdv", True, 16384, False, 1, (32, 64, 4, 3)),
         ("dkdv", True, 4096, False, 8, (32, 64, 4, 3)),
+        ("dkdv", False, 4096, False, 8, (32, 128, 4, 3)),
         ("dkdv", True, 16384, False, 8, (32, 128, 4, 3)),
         ("dkdv", True, 4096, True, 8, (32, 64, 4, 3)),
         ("dkdv", True, 16384, True, 8, (32, 128, 4, 3)),
@@ -172,7 +196,7 @@ def test_head_dim_64_measured_tiles(kind, causal, length, ranged, splits, want, 
     """Head dim 64's measured tiles by mask, length class, ranged kernel and
     dK/dV split (None while the split is sized: it is sized on 64 keys a
     block, as when autotuned), each one of the candidates the GPU suite
-    checks; float32 takes none."""
+    checks (a register cap included); float32 takes none."""
     monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
     got = flash_configs.measured_choice(kind, 64, causal, length, length // 2, ranged, splits)
     assert got == want
@@ -223,7 +247,11 @@ def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypat
             assert after == after_pair and len(after) == (kind == "dkdv"), kind
             assert whole.kernel is p.kernel and (callable(p.grid) or whole.grid == p.grid), kind
             assert {**whole.constexprs, "GATE": 0} == p.constexprs and whole.constexprs["GATE"] == 1, kind
-            assert (whole.num_warps, whole.num_stages) == (p.num_warps, p.num_stages), kind
+            assert (whole.num_warps, whole.num_stages, whole.maxnreg) == (
+                p.num_warps,
+                p.num_stages,
+                p.maxnreg,
+            )
             assert whole.aliases == () and whole.params[-len(p.outputs) :] == p.params[-len(p.outputs) :]
             assert (
                 rest.constexprs["GATE"] == 2 and rest.constexprs["HAS_SEG"] and rest.constexprs["HAS_RANGE"]

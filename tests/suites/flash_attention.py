@@ -232,6 +232,9 @@ BINDING_NO_KEY = (("causal_shifted", None), ("segments", "mixed"), ("window", "-
 # GPU-only: name -> (head dim, T, bias shape, None or the one (causal,
 # dtype) it runs for: the float64 reference at T = 4096 is slow).
 GPU_CASES = {
+    # Head dim 64 at 2k: the forward and (full) dQ capped at 128 registers
+    # (flash_configs._measured_64), the unsplit dK/dV at 32x64.
+    "d64_t2048": (64, 2048, None, None),
     "d128_t2048": (128, 2048, None, None),
     "d128_t4096": (128, 4096, None, (True, "bfloat16")),
     "d256_t1024": (256, 1024, None, None),
