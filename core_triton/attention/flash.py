@@ -282,7 +282,9 @@ def attention_plans(
             return FLOAT32_256  # every kernel and feature
         if tuned:
             half = q.dtype != "float32"
-            chosen = measured_choice(kind, dim_class, opts.causal, Tq, Tk, ranged, splits, half)
+            # The ring asks for float32 partials: no register-capped tiles.
+            capped = out_dtype is None and grad_dtype is None
+            chosen = measured_choice(kind, dim_class, opts.causal, Tq, Tk, ranged, splits, half, capped)
             # Float32 never autotunes: its products run on FMA units (IEEE),
             # where the sweep's large tiles only spill, and compiling every
             # candidate made a first float32 call at head dim 64 take minutes

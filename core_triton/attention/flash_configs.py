@@ -100,16 +100,19 @@ def measured_choice(
     ranged: bool = False,
     splits: int | None = 1,
     half: bool = True,
+    capped: bool = True,
 ):
     """(BM, BN, num_warps, num_stages[, maxnreg]) for ``kind``, or None to
     autotune (maxnreg: a register cap, LaunchPlan.maxnreg).
     ``ranged``: the segment ids' ranged kernel (HAS_RANGE); ``splits``: the
     dK/dV split (flash_bwd_plans; None while it is being sized); ``half``:
-    bf16/fp16 inputs."""
+    bf16/fp16 inputs; ``capped``: whether a register-capped config may be
+    picked (False for the ring's float32 partials, which were not measured
+    with one)."""
     if not MEASURED or interpreter_requested():
         return None
     if dim_class == 64:
-        return _measured_64(kind, causal, length_class(max(Tq, Tk)), ranged, splits) if half else None
+        return _measured_64(kind, causal, length_class(max(Tq, Tk)), ranged, splits, capped) if half else None
     if dim_class == 256:
         return MEASURED_256[kind]
     if kind == "fwd":  # loops over keys
@@ -132,7 +135,8 @@ def measured_choice(
 # 4 documents of segment ids at 4k and 16k; B4 H16 T1k and 8k and B16 H16
 # T2k, causal or not; ``python -m bench.probes.tile_sweep``).  Each rule
 # below is the autotuner's pick at every shape measured, with the
-# runner-up's time relative to it:
+# runner-up's time relative to it (the register-cap measurements further
+# down changed the forward, full dQ and unsplit dK/dV from 2k on):
 # - forward: 64x64/4w/4s causal below 16k (128x64/4w/3s 1.006-1.15x);
 #   128x64/4w/3s causal at 16k (64x64 1.02x), full (runner-up 1.03-1.08x)
 #   and ranged (64x64 1.11-1.14x);
@@ -160,22 +164,27 @@ def measured_choice(
 #   causal 1426 vs 1538 (64x64/4w/4s), full 2646 vs 2726 (128x64/4w/3s);
 #   B16 H16 T2k causal 430 vs 457, full 725 vs 739.  At the Llama shape (B1
 #   T4k, 32 query heads on 4, causal) 220 vs 216: causal at 4k keeps 64x64.
-# - dQ 128x64/8w/3s capped at 128 (16 bytes of spill at 64x64/4w/3s's
-#   cap): full B4 T8k 2755 vs 3006, B16 T2k 751 vs 807; causal it lost or
-#   tied (Llama 246 vs 217, B16 T2k 508 vs 485, B4 T8k 1604 vs 1608).
+# - dQ 128x64/8w/3s capped at 128 (no spill): full B4 T8k 2755 vs 3006
+#   (64x64/4w/3s), B16 T2k 751 vs 807; causal it lost or tied (Llama 246
+#   vs 217, B16 T2k 508 vs 485, B4 T8k 1604 vs 1608).
+# - 4-warp kernels capped at 128 (four programs an SM instead of three)
+#   lost everywhere: forward 64x64/4w/4s, dQ 64x64/4w/3s (16 bytes of spill).
 # - dK/dV unsplit: 32x64/4w/3s beat 32x128/4w/3s (152 bytes of stack) at
 #   B4 H16 T8k causal 2633 vs 2661, full 5089 vs 5129, B16 H16 T2k causal
 #   750 vs 792, full 1311 vs 1358, and B8 T4k 32 query heads on 4 causal
 #   3223 vs 3288; capping it at 128 (48-72 bytes of spill) won at one of
 #   the four shapes and lost at two.
-# Lengths of 1k and below keep the tiles before (not measured).
-def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int | None):
+# Lengths of 1k and below keep the tiles before (not measured), and so does
+# the ring (``capped`` False: its float32 partials were not measured with a
+# cap, and a capped plan would put its JAX launches on another path).
+def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int | None, capped: bool):
+    cap = capped and not ranged and length >= 2048
     if kind == "dq":
-        return (128, 64, 8, 3, 128) if not causal and not ranged and length >= 2048 else (64, 64, 4, 3)
+        return (128, 64, 8, 3, 128) if cap and not causal else (64, 64, 4, 3)
     if kind == "fwd":
-        if ranged or length <= 1024:
-            return (64, 64, 4, 4) if causal and not ranged else (128, 64, 4, 3)
-        return (64, 64, 4, 4) if causal and length == 4096 else (128, 64, 8, 3, 128)
+        if cap and not (causal and length == 4096):
+            return (128, 64, 8, 3, 128)
+        return (64, 64, 4, 4) if causal and not ranged and length < 16384 else (128, 64, 4, 3)
     if splits is None:
         return None  # sized on 64 keys a block, as when autotuned (flash_bwd_plans)
     if ranged:

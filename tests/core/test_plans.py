@@ -205,6 +205,29 @@ def test_head_dim_64_measured_tiles(kind, causal, length, ranged, splits, want, 
     assert flash_configs.measured_choice(kind, 64, causal, length, length, ranged, splits, half=False) is None
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_register_caps_single_device_only(causal, monkeypatch):
+    """Head dim 64 at 8k: the single-device forward runs 8 warps capped at
+    128 registers (and, full, the dQ launch too); the ring's blocks (float32
+    partials, never measured with a cap) keep the uncapped tiles of
+    before."""
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+    try:
+        q = _info((1, 8192, 4, 64), "bfloat16")
+        plans, _ = flash.plans(q, q, q, causal=causal)
+        _, (dq, *_) = plans.grads(q, q)
+        assert _tiles(plans.forward[0]) == CAPPED
+        assert _tiles(dq) == ((64, 64, 4, 3, None) if causal else CAPPED)
+        step, _, _ = ring.plans(q, q, q, 2, False, causal=causal)
+        _, (ring_dq, *_) = step.grads(q, q)
+        assert _tiles(step.forward[0]) == ((64, 64, 4, 4, None) if causal else (128, 64, 4, 3, None))
+        assert _tiles(ring_dq) == (64, 64, 4, 3, None)
+    finally:
+        flash.attention_plans.cache_clear()
+
+
 @pytest.mark.parametrize("splits", [None, 1, 8])
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dim_128_dkdv_tile(causal, splits, monkeypatch):
