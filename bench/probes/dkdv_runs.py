@@ -98,15 +98,33 @@ def backward_case(B, T, HQ, H, D, causal):
     return plans.forward, dq_steps, dkdv_steps, inputs
 
 
-def _time(plan, rest, inputs, ref) -> str:
-    """``dK/dV us | sum us | max diff`` of one variant of the launch."""
+def time_and_check(plan, rest, inputs, ref) -> tuple[float, float]:
+    """``(us, diff)``: the launch ``plan`` alone, timed, and the largest
+    difference of the outputs of ``(plan, *rest)`` from ``ref``."""
     got = run_steps((plan, *rest), inputs, launch)
     torch.cuda.synchronize()
     diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref, strict=True))
-    us = triton.testing.do_bench(lambda: launch(plan, inputs), warmup=25, rep=200)
+    return triton.testing.do_bench(lambda: launch(plan, inputs), warmup=25, rep=200) * 1e3, diff
+
+
+def variant_rows(mine, variants, row):
+    """``(tiles, mark, row(tiles))`` for the plan's tiles ``mine`` (marked
+    " (plan)") and each other of ``variants``; a variant that fails gives
+    its error as its row, so that it hides no other."""
+    for tiles in (mine, *(t for t in variants if t != mine)):
+        try:
+            text = row(tiles)
+        except Exception as e:
+            text = f"error {type(e).__name__}: {str(e)[:120]} |"
+        yield tiles, " (plan)" if tiles == mine else "", text
+
+
+def _row(plan, rest, inputs, ref) -> str:
+    """``dK/dV us | sum us | max diff`` of one variant of the launch."""
+    us, diff = time_and_check(plan, rest, inputs, ref)
     env = {**inputs, **dict(zip(plan.output_names, launch(plan, inputs), strict=True))}
-    sum_us = triton.testing.do_bench(lambda: launch(rest[0], env), warmup=10, rep=50) if rest else 0.0
-    return f"{us * 1e3:.1f} | {sum_us * 1e3:.1f} | {diff:.1e}"
+    sum_us = triton.testing.do_bench(lambda: launch(rest[0], env), warmup=10, rep=50) * 1e3 if rest else 0.0
+    return f"{us:.1f} | {sum_us:.1f} | {diff:.1e}"
 
 
 def main():
@@ -118,14 +136,12 @@ def main():
         ref = run_steps(steps, inputs, launch)
         c = main_plan.constexprs
         mine = (c["BM"], c["BN"], main_plan.num_warps, main_plan.num_stages)
-        for tiles in (mine, *(t for t in TILES[shape[4]] if t != mine)):
-            plan = retiled(main_plan, tiles, shape[1])
-            try:
-                row = _time(plan, rest, inputs, ref)
-            except Exception as e:  # one variant's failure must not hide the others
-                row = f"error {type(e).__name__}: {str(e)[:120]} | |"
-            mark = " (plan)" if tiles == mine else ""
-            print(f"| {shape} | {tiles}{mark} | {row} |", flush=True)
+
+        def row(tiles, main_plan=main_plan, rest=rest, inputs=inputs, ref=ref, T=shape[1]):
+            return _row(retiled(main_plan, tiles, T), rest, inputs, ref)
+
+        for tiles, mark, text in variant_rows(mine, TILES[shape[4]], row):
+            print(f"| {shape} | {tiles}{mark} | {text} |", flush=True)
 
 
 if __name__ == "__main__":

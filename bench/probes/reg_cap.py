@@ -19,10 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import torch
-import triton
-
-from bench.probes.dkdv_runs import backward_case, retiled
+from bench.probes.dkdv_runs import backward_case, retiled, time_and_check, variant_rows
 from core_triton.common.launch import run_steps
 from torch_api._launch import launch
 
@@ -49,36 +46,24 @@ def _variant(plan, tiles, T, block):
     return dataclasses.replace(retiled(plan, tuple(tile), T, block), maxnreg=cap)
 
 
-def _time(plan, rest, inputs, ref):
-    got = run_steps((plan, *rest), inputs, launch)
-    torch.cuda.synchronize()
-    diff = max((a.float() - b.float()).abs().max().item() for a, b in zip(got, ref, strict=True))
-    us = triton.testing.do_bench(lambda: launch(plan, inputs), warmup=25, rep=200) * 1e3
-    return f"{us:.1f} | {diff:.1e}"
-
-
 def main():
     print("| shape | launch | tiles (BM, BN, warps, stages, maxnreg) | us | max diff vs plan |")
     print("|---|---|---|---|---|")
     for shape in SHAPES:
         forward, dq_steps, dkdv_steps, inputs = backward_case(*shape)
-        T = shape[1]
-        for name, steps, block in (
-            ("fwd", forward, "BM"),
-            ("dq", dq_steps, "BM"),
-            ("dkdv", dkdv_steps, "BN"),
-        ):
+        launches = (("fwd", forward, "BM"), ("dq", dq_steps, "BM"), ("dkdv", dkdv_steps, "BN"))
+        for name, steps, block in launches:
             main_plan, rest = steps[0], steps[1:]
             ref = run_steps(steps, inputs, launch)
             c = main_plan.constexprs
             mine = (c["BM"], c["BN"], main_plan.num_warps, main_plan.num_stages, main_plan.maxnreg)
-            for tiles in (mine, *(t for t in VARIANTS[name] if t != mine)):
-                try:
-                    row = _time(_variant(main_plan, tiles, T, block), rest, inputs, ref)
-                except Exception as e:  # one variant's failure must not hide the others
-                    row = f"error {type(e).__name__}: {str(e)[:120]} |"
-                mark = " (plan)" if tiles == mine else ""
-                print(f"| {shape} | {name} | {tiles}{mark} | {row} |", flush=True)
+
+            def row(tiles, main_plan=main_plan, rest=rest, inputs=inputs, ref=ref, block=block, T=shape[1]):
+                us, diff = time_and_check(_variant(main_plan, tiles, T, block), rest, inputs, ref)
+                return f"{us:.1f} | {diff:.1e}"
+
+            for tiles, mark, text in variant_rows(mine, VARIANTS[name], row):
+                print(f"| {shape} | {name} | {tiles}{mark} | {text} |", flush=True)
 
 
 if __name__ == "__main__":
