@@ -279,7 +279,7 @@ class FlashSegmentsSuite(KernelLevelCases):
         plain = {"fwd": (16, 32, 4, 1), "dkdv": (32, 16, 4, 1), "dq": (16, 32, 4, 1)}
         ranged = {"fwd": (32, 16, 4, 1), "dkdv": (16, 32, 4, 1), "dq": (32, 16, 4, 1)}
 
-        def forced(kind, dim_class, causal, Tq, Tk, is_ranged=False, splits=1, half=True):
+        def forced(kind, dim_class, causal, Tq, Tk, is_ranged=False, splits=1, half=True, capped=True):
             return None if splits is None else (ranged if is_ranged else plain)[kind]
 
         self._kernel_level(name == "batch_rows_one_segment_and_docs")
