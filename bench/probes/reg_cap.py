@@ -11,7 +11,8 @@ plan's own and variants ``(BM, BN, warps, stages, maxnreg)``, and checks
 each variant's outputs against the plan's.
 
 ``python -m bench.probes.reg_cap``; ``REG_CAP_SHAPE="i j"`` runs those
-shapes of ``SHAPES``.
+shapes of ``SHAPES``; ``REG_CAP_PLAN_ONLY=1`` times the plans' own launches
+only (``PART=trees`` then compares two trees launch by launch).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ SHAPES = (
     (4, 8192, 16, 16, 64, False),
     (16, 2048, 16, 16, 64, True),
     (16, 2048, 16, 16, 64, False),
+    # Head dim 128 (its variants are head dim 64's: for REG_CAP_PLAN_ONLY).
+    (4, 8192, 16, 16, 128, True),
+    (1, 4096, 32, 4, 128, True),
 )
 if "REG_CAP_SHAPE" in os.environ:
     SHAPES = tuple(SHAPES[int(i)] for i in os.environ["REG_CAP_SHAPE"].split())
@@ -39,6 +43,8 @@ VARIANTS = {
     "dq": ((64, 64, 4, 3, 128), (128, 64, 8, 3, None), (128, 64, 8, 3, 128)),
     "dkdv": ((32, 64, 4, 3, None), (32, 64, 4, 3, 128), (64, 64, 8, 3, None), (64, 64, 8, 3, 128)),
 }
+if os.environ.get("REG_CAP_PLAN_ONLY"):
+    VARIANTS = dict.fromkeys(VARIANTS, ())
 
 
 def _variant(plan, tiles, T, block):
