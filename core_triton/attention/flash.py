@@ -59,6 +59,7 @@ from core_triton.attention.flash_configs import (
     measured_choice,
     stride_hint_bits,
     tuned_kernel,
+    unpack,
 )
 from core_triton.attention.flash_options import (  # noqa: F401 (the op's public helpers)
     MAX_HEAD_DIM,
@@ -271,6 +272,8 @@ def attention_plans(
         or opts.window is not None
     )
     fixed = 0 if interpreter_requested() else FIXED[dim_class]
+    # The ring asks for float32 partials: no register-capped tiles.
+    capped = out_dtype is None and grad_dtype is None
 
     def config(kind, table, ranged=ranged, splits=1):
         """(BM, BN, num_warps, num_stages[, maxnreg]) of ``kind``, or None
@@ -282,8 +285,6 @@ def attention_plans(
             return FLOAT32_256  # every kernel and feature
         if tuned:
             half = q.dtype != "float32"
-            # The ring asks for float32 partials: no register-capped tiles.
-            capped = out_dtype is None and grad_dtype is None
             chosen = measured_choice(kind, dim_class, opts.causal, Tq, Tk, ranged, splits, half, capped)
             # Float32 never autotunes: its products run on FMA units (IEEE),
             # where the sweep's large tiles only spill, and compiling every
@@ -298,9 +299,9 @@ def attention_plans(
         if chosen is None:
             grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
             return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None, None
-        bm, bn, w, s, *cap = chosen
+        bm, bn, w, s, cap = unpack(chosen)
         block = {"BM": bm, "BN": bn}
-        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s, (cap or [None])[0]
+        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s, cap
 
     index_inputs = (
         In("qoff"),

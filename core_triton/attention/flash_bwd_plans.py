@@ -21,7 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core_triton.attention.flash_bwd import flash_bwd_dbias_kernel, flash_bwd_split_sum_kernel
-from core_triton.attention.flash_configs import DKDV_CONFIGS, DQ_CONFIGS, dkdv_splits, stride_hint_bits
+from core_triton.attention.flash_configs import (
+    DKDV_CONFIGS,
+    DQ_CONFIGS,
+    dkdv_splits,
+    stride_hint_bits,
+    unpack,
+)
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import multiprocessor_count
 from core_triton.common.utils import cdiv
@@ -171,7 +177,7 @@ def backward_plans(shared: GradShared):
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         # The same working set as the dQ kernel (BM queries, BN keys, q/dO
         # and k/v tiles): its config (a bias is never autotuned).
-        bm, bn, w, s, *_ = config("dq", DQ_CONFIGS)
+        bm, bn, w, s, _ = unpack(config("dq", DQ_CONFIGS))
         consts = {n: common[n] for n in _DBIAS_CONSTS}
         return LaunchPlan(
             kernel=flash_bwd_dbias_kernel,

@@ -234,10 +234,17 @@ def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
     return group
 
 
+def unpack(config: tuple) -> tuple:
+    """``(BM, BN, num_warps, num_stages, maxnreg)`` of a config of the tables
+    above (``maxnreg`` None where it has no fifth element)."""
+    bm, bn, w, s, *cap = config
+    return bm, bn, w, s, (cap[0] if cap else None)
+
+
 def _configs(table):
     return [
-        triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s, maxnreg=(cap or [None])[0])
-        for bm, bn, w, s, *cap in table
+        triton.Config({"BM": bm, "BN": bn}, num_warps=w, num_stages=s, maxnreg=cap)
+        for bm, bn, w, s, cap in map(unpack, table)
     ]
 
 

@@ -19,7 +19,7 @@ def _tiles(plan_or_config) -> tuple:
     """``(BM, BN, num_warps, num_stages, maxnreg)`` of a plan or a config
     (``maxnreg`` None where the config has no fifth element)."""
     if isinstance(plan_or_config, tuple):
-        return (*plan_or_config, None)[:5]
+        return flash_configs.unpack(plan_or_config)
     p = plan_or_config
     return (p.constexprs["BM"], p.constexprs["BN"], p.num_warps, p.num_stages, p.maxnreg)
 
