@@ -87,6 +87,16 @@ def set_ws_forward(mode: str, configs: dict | None = None) -> None:
     _replan(flash_tma_plans.WS_CONFIGS, configs)
 
 
+def set_gluon_forward(mode: str) -> None:
+    """The Gluon forward (flash_fwd_gluon): "auto" (sm_90 GPUs, long
+    sequences), "on" (every length on a GPU) or "off"; plans made before
+    are dropped."""
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"mode must be 'auto', 'on' or 'off', got {mode!r}")
+    flash_tma_plans.GLUON_FORWARD = mode
+    replan()
+
+
 def set_dkdv_splits(splits: int | None) -> None:
     """How many programs share a key block's query-head group in the dK/dV
     kernel: None, the plan's rule (flash_configs.dkdv_splits); an int, that

@@ -1,6 +1,7 @@
-"""The tensor-descriptor flash kernel: the warp-specialised forward for
-Hopper (flash_fwd_ws.py; on by default on sm_90 GPUs), its switch, configs
-and launch.  core_triton.attention.flash takes it where it applies
+"""The tensor-descriptor flash kernels: the warp-specialised forwards for
+Hopper (flash_fwd_gluon.py, written in Gluon, and flash_fwd_ws.py, Triton's
+own pass; on by default on sm_90 GPUs), their switches, configs and
+launch.  core_triton.attention.flash takes it where it applies
 (``flash.set_ws_forward``).  The opt-in descriptor kernels of issue 15
 (a forward and a backward that reached no target) were deleted; git
 history has them (flash_fwd_tma.py, flash_bwd_tma.py, before commit
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from core_triton.attention import flash_fwd_gluon
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import cuda_capability, interpreter_requested
@@ -40,6 +42,51 @@ _WS_INTERPRETED = (32, 16, 4, 1)
 # ran slower than flash_fwd_kernel's short-sequence tiles (0.139 against
 # 0.117 ms), from 2048 on faster.
 WS_MIN_LEN = 2048
+
+
+# flash_fwd_gluon_kernel (Gluon; a producer warp and two consumer warp
+# groups) where it applies, before flash_fwd_ws_kernel: "auto" on sm_90
+# GPUs from GLUON_MIN_LEN queries and keys on, "on" at every length on a
+# GPU, "off" never (TWINKERNELS_FLASH_GLUON before import, or
+# flash.set_gluon_forward).  Never under the interpreter: Gluon has none.
+# The config per head dim: (BM, BN, num_warps, STAGES, maxnreg); the launch
+# runs 12 warps (two consumer groups and the producer's), 168 registers a
+# thread leaves the consumers 240.  Measured on the H200 (B4 H16 T8k, forward
+# TF/s against flash_fwd_ws_kernel's; bench.probes.gluon_flash): 3 stages
+# 536 / 504 full / causal, 2 stages 519 / 467, against 495 / 459; at T2k
+# slower than flash_fwd_ws_kernel (455 against 460 full, 366 against 381
+# causal): the programs are short there and each builds its descriptors
+# and stores its output before the next starts.  Head dim 64 ran slower
+# than flash_fwd_kernel (384 against 417 at T8k full).
+GLUON_FORWARD = os.environ.get("TWINKERNELS_FLASH_GLUON", "auto")
+GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
+GLUON_MIN_LEN = 4096
+
+
+def _gluon_wanted(Tq: int, Tk: int) -> bool:
+    if flash_fwd_gluon.flash_fwd_gluon_kernel is None or interpreter_requested() or GLUON_FORWARD == "off":
+        return False
+    if GLUON_FORWARD == "auto":
+        return cuda_capability() == 90 and min(Tq, Tk) >= GLUON_MIN_LEN
+    return True
+
+
+def _gluon_forward(q, k, v, opts) -> LaunchPlan:
+    """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
+    scale, sizes; outputs ``out, lse``)."""
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    bm, bn, w, stages, cap = GLUON_CONFIGS[D]
+    return LaunchPlan(
+        kernel=flash_fwd_gluon.flash_fwd_gluon_kernel,
+        grid=(cdiv(Tq, bm), B * HQ),
+        params=(In("q"), In("k"), In("v"), opts.scale, B, Tq, Tk),
+        outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
+        output_names=("out", "lse"),
+        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, BM=bm, BN=bn, STAGES=stages),
+        num_warps=w,
+        maxnreg=cap,
+    )
 
 
 def _ws_wanted(Tq: int, Tk: int) -> bool:
@@ -73,14 +120,26 @@ def _applies(q, k, v, opts, plain, out_dtype) -> bool:
 def ws_forward(
     q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
 ) -> LaunchPlan | None:
-    """The forward through flash_fwd_ws_kernel (parameters ``q, k, v``, the
+    """The forward through flash_fwd_gluon_kernel where it applies (see
+    _gluon_forward; no sinks, not a gated pair's launch), else through
+    flash_fwd_ws_kernel (parameters ``q, k, v``, the
     sinks and the queries' ranges or placeholders, scale, sizes, sink count
     and stride; outputs ``out, lse``), or None where it does not apply (see
     core_triton.attention.flash_fwd_ws).  ``gate_range``: the name of the
     queries' ranges, for the first launch of a gated pair
     (flash.gated_pair; ``plain`` then says the call is plain but for its
     segment ids)."""
-    if not (_ws_wanted(q.shape[1], k.shape[1]) and _applies(q, k, v, opts, plain, out_dtype)):
+    Tq, Tk = q.shape[1], k.shape[1]
+    gluon = (
+        sink is None
+        and gate_range is None
+        and q.shape[3] in GLUON_CONFIGS
+        and _gluon_wanted(Tq, Tk)
+        and _applies(q, k, v, opts, plain, out_dtype)
+    )
+    if gluon:
+        return _gluon_forward(q, k, v, opts)
+    if not (_ws_wanted(Tq, Tk) and _applies(q, k, v, opts, plain, out_dtype)):
         return None
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape

@@ -110,12 +110,24 @@ def _binder(kernel, capability: int):
 
 
 def _jit_function(kernel):
-    if type(kernel).__name__ != "JITFunction":
+    if type(kernel).__name__ not in ("JITFunction", "GluonJITFunction"):
         raise NotImplementedError(
-            "compile_plan takes a plain triton.jit kernel with its config in the plan, "
+            "compile_plan takes a plain triton.jit (or gluon.jit) kernel with its config in the plan, "
             f"got {type(kernel).__name__}"
         )
     return kernel
+
+
+def _source(kernel, signature, constexprs, attrs):
+    """What triton.compile takes for ``kernel``: Gluon kernels build their
+    IR through their own source class."""
+    if kernel.is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource(kernel, signature, constexprs, attrs)
+    from triton.compiler import ASTSource
+
+    return ASTSource(kernel, signature, constexprs, attrs)
 
 
 def plan_grid(plan: LaunchPlan) -> tuple[int, int, int]:
@@ -132,7 +144,6 @@ def compile_plan(plan: LaunchPlan, input_dtypes: dict[str, str], capability: int
     compute capability ``capability`` (90 for the H100)."""
     import triton
     from triton import knobs
-    from triton.compiler import ASTSource
 
     kernel = _jit_function(plan.kernel)
     target, backend = _target(capability)
@@ -145,7 +156,7 @@ def compile_plan(plan: LaunchPlan, input_dtypes: dict[str, str], capability: int
     bound, specialization, options = _binder(kernel, capability)(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
     compiled = triton.compile(
-        ASTSource(kernel, signature, constexprs, attrs), target=target, options=options.__dict__
+        _source(kernel, signature, constexprs, attrs), target=target, options=options.__dict__
     )
     meta = compiled.metadata
     if getattr(meta, "profile_scratch_size", 0):

@@ -1,0 +1,165 @@
+"""The Gluon flash forward (core_triton.attention.flash_fwd_gluon) beside
+the plan's forward and cuDNN, on the GPU (issue 31).  Not part of ``nox -s
+bench``.
+
+First every correctness shape: the kernel's ``out`` and ``lse`` against a
+float32 PyTorch reference (outputs filled with NaN first), ragged lengths,
+grouped heads, causal with ``Tq != Tk``, several batches whose rows past
+``T`` must not be read; then forward times at issue 31's shapes: the Gluon
+kernel, ``torch_api.flash_attention`` (the plan's kernels) and SDPA on
+cuDNN, one after another in each of three rounds (medians).
+
+``python -m bench.probes.gluon_flash``; ``GLUON_FLASH_TIME=0`` checks only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+import torch
+import triton
+
+from core_triton.attention.flash_fwd_gluon import flash_fwd_gluon_kernel
+
+CHECKS = (
+    # (B, Tq, Tk, HQ, H, D, causal)
+    (1, 128, 128, 1, 1, 128, False),
+    (1, 128, 128, 1, 1, 128, True),
+    (2, 1000, 1000, 4, 4, 128, True),
+    (2, 1000, 1000, 4, 4, 128, False),
+    (3, 300, 1000, 8, 2, 128, True),
+    (3, 1000, 300, 8, 2, 128, True),
+    (2, 777, 513, 4, 1, 128, False),
+    (1, 1, 1, 2, 2, 128, True),
+    (2, 4096, 4096, 4, 4, 128, True),
+    (2, 1000, 1000, 4, 4, 64, True),
+    (2, 2048, 2048, 4, 4, 64, False),
+)
+SHAPES = (
+    (4, 8192, 8192, 16, 16, 128, False),
+    (4, 8192, 8192, 16, 16, 128, True),
+    (16, 2048, 2048, 16, 16, 128, False),
+    (16, 2048, 2048, 16, 16, 128, True),
+    (4, 8192, 8192, 16, 16, 64, False),
+    (4, 8192, 8192, 16, 16, 64, True),
+)
+VARIANTS = ((2, 168), (3, 168))  # (STAGES, maxnreg); 176 leaves too few registers for 384 threads
+
+
+def _scratch(size, align, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def gluon_forward(q, k, v, causal, stages=2, maxnreg=168):
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((B, HQ, Tq), float("nan"), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(Tq, 128), B * HQ)
+    flash_fwd_gluon_kernel[grid](
+        q, k, v, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=128, STAGES=stages, num_warps=4, maxnreg=maxnreg,
+    )  # fmt: skip
+    return out, lse
+
+
+def reference(q, k, v, causal):
+    q, k, v = (x.float().transpose(1, 2) for x in (q, k, v))
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        Tq, Tk = s.shape[-2:]
+        keep = torch.arange(Tk, device=s.device)[None, :] <= torch.arange(Tq, device=s.device)[:, None]
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return (torch.softmax(s, -1) @ v).transpose(1, 2), lse
+
+
+def inputs(B, Tq, Tk, HQ, H, D, dtype=torch.bfloat16, poison_tail=False):
+    g = torch.Generator(device="cuda").manual_seed(B * 1000 + Tq + Tk + D)
+    q = torch.randn(B, Tq, HQ, D, device="cuda", generator=g).to(dtype)
+    k = torch.randn(B, Tk, H, D, device="cuda", generator=g).to(dtype)
+    v = torch.randn(B, Tk, H, D, device="cuda", generator=g).to(dtype)
+    return q, k, v
+
+
+def check():
+    print("| B Tq Tk HQ H D causal | variant | out err / scale | lse max err | NaN |")
+    print("|---|---|---|---|---|")
+    failed = 0
+    for B, Tq, Tk, HQ, H, D, causal in CHECKS:
+        q, k, v = inputs(B, Tq, Tk, HQ, H, D)
+        ref_out, ref_lse = reference(q, k, v, causal)
+        for stages, cap in VARIANTS:
+            try:
+                out, lse = gluon_forward(q, k, v, causal, stages, cap)
+                torch.cuda.synchronize()
+            except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+                row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
+                print(f"| {row} | {stages}s | {type(exc).__name__}: {exc} | | |")
+                failed += 1
+                continue
+            nan = bool(out.isnan().any() or lse.isnan().any())
+            err = ((out.float() - ref_out).abs().max() / ref_out.abs().max()).item()
+            lerr = (lse.transpose(1, 2) - ref_lse.transpose(1, 2)).abs().max().item()
+            bad = nan or err > 2e-2 or lerr > 1e-3
+            failed += bad
+            flag = " **FAIL**" if bad else ""
+            row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
+            print(f"| {row} | {stages}s cap {cap} | {err:.2e}{flag} | {lerr:.2e} | {nan} |")
+    # Batch 1 holds infinities and NaN: batch 0 must not see them.
+    q, k, v = inputs(2, 1000, 1000, 2, 2, 128)
+    k[1], v[1] = float("inf"), float("nan")
+    out, lse = gluon_forward(q, k, v, False)
+    ref_out, _ = reference(q[:1], k[:1], v[:1], False)
+    clean = bool(torch.isfinite(out[0]).all()) and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
+    print(f"batch 0 untouched by batch 1's inf/NaN: {clean}")
+    return failed + (not clean)
+
+
+def _time(fn, reps=20):
+    return triton.testing.do_bench(fn, warmup=25, rep=reps * 10) * 1000
+
+
+def timing():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from torch_api import flash_attention
+
+    print("| shape | Gluon 2s | Gluon 3s | ours (plan) | SDPA cuDNN | Gluon / cuDNN | plan / cuDNN |")
+    print("|---|---|---|---|---|---|---|---|")
+    for B, Tq, Tk, HQ, H, D, causal in SHAPES:
+        q, k, v = inputs(B, Tq, Tk, HQ, H, D)
+        qkv = (q, k, v)
+        qkv_t = tuple(x.transpose(1, 2) for x in qkv)
+        fns = [lambda s=s, c=c, a=qkv, m=causal: gluon_forward(*a, m, s, c) for s, c in VARIANTS]
+        fns.append(lambda a=qkv, m=causal: flash_attention(*a, causal=m))
+
+        def cudnn(a=qkv_t, m=causal):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(*a, is_causal=m)
+
+        fns.append(cudnn)
+        rounds = [[_time(f) for f in fns] for _ in range(3)]
+        med = [statistics.median(r[i] for r in rounds) for i in range(len(fns))]
+        flops = 4 * B * HQ * Tq * Tk * D / (2 if causal else 1)
+        tf = [flops / (t * 1e-6) / 1e12 for t in med]
+        cells = " | ".join(f"{t:.1f} us ({f:.0f})" for t, f in zip(med, tf, strict=True))
+        best = min(med[: len(VARIANTS)])
+        print(f"| B{B} T{Tq} H{HQ}/{H} D{D} {'causal' if causal else 'full'} | {cells} | "
+              f"{med[-1] / best:.2f} | {med[-1] / med[-2]:.2f} |")  # fmt: skip
+
+
+def main():
+    triton.set_allocator(_scratch)
+    failed = check() if os.environ.get("GLUON_FLASH_CHECK", "1") != "0" else 0
+    print(f"checks failed: {failed}")
+    if os.environ.get("GLUON_FLASH_TIME", "1") != "0":
+        timing()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Flash-attention forward for Hopper (sm_90) written in Gluon.
+
+Gluon (``triton.experimental.gluon``) states what Triton's automatic
+warp-specialisation pass guesses at (core_triton.attention.flash_fwd_ws),
+after FlashAttention-3's design: one producer warp issues the TMA loads of
+Q, K and V into a ring of ``STAGES`` shared buffers, signalled through
+mbarriers; two consumer warp groups, 64 query rows each, run their
+products as asynchronous ``wgmma`` and their online softmax, each at its
+own pace (so one group's softmax runs beside the other's products), and
+each releases a K or V slot once its product with it retired (a slot is
+free when both did).  Within a group, the next key block's ``Q K^T`` is
+issued before this block's softmax and ``P V`` after it, retired one
+block later: the tensor cores hold one product while the softmax runs.
+Registers move from the producer to the consumers (``setmaxnreg``): the
+launch caps the kernel at 168 registers a thread (12 warps), the producer
+keeps 24, the consumers get 240.
+
+Only the last key block of a query block is masked: with ``BM == BN`` the
+causal diagonal and the keys past ``Tk`` both fall in it, so every other
+block runs without a compare.
+
+Same outputs as ``flash_fwd_kernel`` (``out [B, Tq, HQ, D]`` in the inputs'
+dtype, ``lse [B, HQ, Tq]`` float32, natural log).  What it covers (the plan
+takes another kernel for anything else): contiguous ``q [B, Tq, HQ, D]``,
+``k, v [B, Tk, H, D]`` in bfloat16 or float16, ``D`` 64 or 128 (rows of
+128 bytes or more for the 128-byte swizzle; the plan takes 128), grouped
+query heads, causal (top-left aligned when ``Tq != Tk``) or not,
+``Tq, Tk >= 1``; no sinks, windows, segments or bias.  The descriptors
+are built on the device, one per batch on the batch's own base, so rows
+past ``T`` read as zeros and the output's TMA store drops them: no block
+reads or writes another batch's rows.  They live in
+Triton's global scratch (``needs_global_scratch``).  Gluon has no
+interpreter: the plan never takes this kernel on the CPU.
+"""
+
+try:  # Gluon is experimental; a Triton without it (or with another API) never plans this kernel.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_init,
+        warpgroup_mma_wait,
+    )
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    AVAILABLE = False
+
+if AVAILABLE:
+    LOG2E = gl.constexpr(1.4426950408889634)
+    LN2 = gl.constexpr(0.6931471805599453)
+
+    @gluon.jit
+    def _producer(
+        q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, n_blocks, BN: gl.constexpr
+    ):
+        """One warp: Q once, then K and V of each key block into the ring,
+        each slot reused once the consumers released it."""
+        q_bar, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [m0, col_q], q_bar, q_smem)
+        for j in range(n_blocks):
+            slot = j % STAGES
+            # A fresh mbarrier counts as having completed the phase before
+            # phase 0: the first pass over the ring does not wait.
+            phase = ((j // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), phase)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [j * BN, col_k], k_ready.index(slot), k_bufs.index(slot))
+            mbarrier.wait(v_empty.index(slot), phase)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [j * BN, col_k], v_ready.index(slot), v_bufs.index(slot))
+
+    @gluon.jit
+    def _softmax_step(s, m_i, l_i, qk_scale):
+        """One block of the online softmax on raw scores ``s`` (masked ones
+        -inf): the probabilities, the old rows' rescale factor, and the new
+        running maximum (log2 units) and normaliser."""
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        p = gl.exp2(s * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, 1)
+        return p, alpha, m_new, l_i
+
+    @gluon.jit
+    def _consumer(
+        q_smem,
+        k_bufs,
+        v_bufs,
+        bars,
+        o_desc,
+        LSE,
+        qk_scale,
+        m0,
+        col_q,
+        lse_row,
+        Tq,
+        Tk,
+        n_blocks,
+        HALF: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        D: gl.constexpr,
+    ):
+        """One warp group, the query rows ``m0 + HALF * BM / 2`` on: the
+        products, the softmax and the stores.  Two of these run side by side
+        on the same K and V buffers, each at its own pace."""
+        q_bar, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        q_rows = q_smem.slice(HALF * ROWS, ROWS)
+        r0 = m0 + HALF * ROWS
+
+        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
+        acc = warpgroup_mma_init(gl.zeros([ROWS, D], gl.float32, o_layout))
+        p_op = gl.zeros([ROWS, BN], dtype, p_layout)
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, rows_s)
+        l_i = gl.zeros([ROWS], gl.float32, rows_s)
+
+        mbarrier.wait(q_bar, 0)
+        mbarrier.wait(k_ready.index(0), 0)
+        s = warpgroup_mma(q_rows, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(k_empty.index(0), count=1)
+
+        # Blocks 0 .. n_blocks - 2, unmasked (see the module docstring).  On
+        # entry: S_j in registers, P_{j-1} V_{j-1} in flight.  The next
+        # block's product S_{j+1} is issued first and P_j V_j last, so the
+        # tensor cores hold one of them while the softmax runs.
+        for j in range(n_blocks - 1):
+            slot = j % STAGES
+            nxt = (j + 1) % STAGES
+            mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+            s_next = warpgroup_mma(
+                q_rows, k_bufs.index(nxt).permute((1, 0)), s_zero, use_acc=False, is_async=True
+            )
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+            # Products retire in order: this retires P_{j-1} V_{j-1}.
+            acc, p_op = warpgroup_mma_wait(1, deps=(acc, p_op))
+            prev = (j + STAGES - 1) % STAGES
+            mbarrier.arrive(v_empty.index(prev), count=1, pred=j > 0)
+            acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
+            acc = warpgroup_mma(p_op, v_bufs.index(slot), acc, is_async=True)
+            # ... and this S_{j+1}, leaving P_j V_j in flight.
+            s = warpgroup_mma_wait(1, deps=(s_next,))
+            mbarrier.arrive(k_empty.index(nxt), count=1)
+
+        # The last block: the causal diagonal and the keys past Tk.
+        last = n_blocks - 1
+        slot = last % STAGES
+        offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+        offs_n = last * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        if CAUSAL:
+            visible = gl.minimum(offs_m + 1, Tk)
+            s = gl.where(offs_n[None, :] < visible[:, None], s, float("-inf"))
+        else:
+            s = gl.where((offs_n < Tk)[None, :], s, float("-inf"))
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_bufs.index(slot), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+
+        out = acc / gl.convert_layout(l_i, rows_o)[:, None]
+        # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
+        lse = (m_i + gl.log2(l_i)) * LN2
+        gl.store(LSE + lse_row + offs_m, lse, mask=offs_m < Tq)
+        # These rows of Q's buffer are free (this group's products are done;
+        # the other group reads only its own rows): the output leaves through
+        # them, and the TMA store drops the rows past Tq.
+        q_rows.store(out.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [r0, col_q], q_rows)
+        tma.store_wait(0)
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_fwd_gluon_kernel(
+        Q,
+        K,
+        V,
+        scale,
+        B,
+        Tq,
+        Tk,
+        OUT,
+        LSE,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
+        query head); head ``hq`` reads key head ``hq // (HQ // H)``.  Causal
+        query blocks run last block first (they see the most keys).
+        Launched with ``num_warps`` 4 (the first consumer group; the second
+        and the producer warp are the partitions' own) and ``maxnreg`` 168."""
+        gl.static_assert(BM == BN, "the mask is applied to the last key block only")
+        pid_m = gl.program_id(0)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        pid_bh = gl.program_id(1)
+        b = (pid_bh // HQ).to(gl.int64)
+        hq = pid_bh % HQ
+        h = hq // (HQ // H)
+        m0 = pid_m * BM
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        # One descriptor per batch on its own base: rows past T are zeros
+        # (loads) or dropped (stores), never the next batch's.
+        q_desc = tma.make_tensor_descriptor(Q + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout)
+        o_desc = tma.make_tensor_descriptor(
+            OUT + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM // 2, D], layout
+        )
+        k_desc = tma.make_tensor_descriptor(K + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+        v_desc = tma.make_tensor_descriptor(V + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+
+        q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        mbarrier.init(q_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            # Both consumer groups release each slot.
+            mbarrier.init(k_empty.index(i), count=2)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(v_empty.index(i), count=2)
+        bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
+
+        end = gl.minimum(Tk, m0 + BM) if CAUSAL else Tk
+        n_blocks = gl.cdiv(end, BN)
+        col_q = hq * D
+        col_k = h * D
+        lse_row = (b * HQ + hq) * Tq
+        qk_scale = scale * LOG2E
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        bars,
+                        o_desc,
+                        LSE,
+                        qk_scale,
+                        m0,
+                        col_q,
+                        lse_row,
+                        Tq,
+                        Tk,
+                        n_blocks,
+                        0,
+                        CAUSAL,
+                        BM,
+                        BN,
+                        D,
+                    ),
+                ),
+                (
+                    _consumer,
+                    (
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        bars,
+                        o_desc,
+                        LSE,
+                        qk_scale,
+                        m0,
+                        col_q,
+                        lse_row,
+                        Tq,
+                        Tk,
+                        n_blocks,
+                        1,
+                        CAUSAL,
+                        BM,
+                        BN,
+                        D,
+                    ),
+                ),
+                (
+                    _producer,
+                    (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, n_blocks, BN),
+                ),
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    # The launcher must give this kernel global scratch (its descriptors live there).
+    flash_fwd_gluon_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_fwd_gluon_kernel = None
