@@ -5,8 +5,9 @@ forward+backward, TFLOP/s (4*B*HQ*T*T*D forward, 2.5x that more for the
 backward, halved when causal) and the ratio to cuDNN (SDPA's cuDNN back end
 for PyTorch, ``jax.nn.dot_product_attention(implementation="cudnn")`` for
 JAX).  Ours in both bindings with the plan's own kernels, and with the
-warp-specialised forward switched off (``ws off``: the kernels before it),
-SDPA's flash back end (FlashAttention-2) beside.
+Gluon forward switched off (``gluon off``: Triton's warp-specialised
+forward where the plan took the Gluon one, the kernels before it), SDPA's
+flash back end (FlashAttention-2) beside.
 
 ``TWINKERNELS_FLASH_CASES`` (comma-separated substrings of the case names)
 runs some of the cases."""
@@ -28,6 +29,8 @@ CASES = [  # name, B, T, HQ, H, D, causal
     # issue's shapes: shorter and longer sequences.
     ("B4 T1k D128 full", 4, 1024, 16, 16, 128, False),
     ("B4 T1k D128 causal", 4, 1024, 16, 16, 128, True),
+    ("B8 T4k D128 full", 8, 4096, 16, 16, 128, False),
+    ("B8 T4k D128 causal", 8, 4096, 16, 16, 128, True),
     ("B4 T16k D128 full", 4, 16384, 16, 16, 128, False),
     ("B4 T16k D128 causal", 4, 16384, 16, 16, 128, True),
     ("B4 T8k D64 full", 4, 8192, 16, 16, 64, False),
@@ -38,9 +41,9 @@ CASES = [  # name, B, T, HQ, H, D, causal
 ROUNDS = 3
 IMPLS = [
     "twinkernels torch",
-    "twinkernels torch (ws off)",
+    "twinkernels torch (gluon off)",
     "twinkernels jax",
-    "twinkernels jax (ws off)",
+    "twinkernels jax (gluon off)",
     "sdpa cudnn",
     "sdpa flash",
     "jax cudnn",
@@ -126,7 +129,7 @@ def run(progress=None) -> list[dict]:
     from core_triton.attention import flash, flash_tma_plans
 
     rows = []
-    mode_before = flash_tma_plans.WS_FORWARD
+    mode_before = flash_tma_plans.GLUON_FORWARD
     try:
         for case in _cases():
             name, B, T, HQ, H, D, causal = case
@@ -143,7 +146,7 @@ def run(progress=None) -> list[dict]:
                     for impl, (fn, sync) in made.items():
                         if isinstance(times[impl], str):
                             continue
-                        flash.set_ws_forward("off" if "ws off" in impl else "auto")
+                        flash.set_gluon_forward("off" if "gluon off" in impl else "auto")
                         if "jax" in impl:
                             # The binding's jitted op keeps its trace (and so
                             # its plan) per shape: trace again under this switch.
@@ -168,7 +171,7 @@ def run(progress=None) -> list[dict]:
                 del made
                 torch.cuda.empty_cache()
     finally:
-        flash.set_ws_forward(mode_before)
+        flash.set_gluon_forward(mode_before)
         _ratios(rows)
         save("flash", rows, {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"})
         print(markdown_table(rows, ["case", "mode", "impl", "ms", "TFLOP/s", "vs cuDNN"]))

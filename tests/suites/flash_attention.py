@@ -50,21 +50,39 @@ def vjp(fw, fn, inputs: dict, cotangents: tuple, constants=None):
 
 
 @contextlib.contextmanager
-def ws_forward_on(fw, configs: dict | None = None):
+def ws_forward_on(fw, configs: dict | None = None, gluon: str = "off"):
     """The warp-specialised flash forward forced on (with ``configs``, if
-    given), then its switch and configs as they were; the binding's traced
-    calls are dropped both ways, so each call plans again."""
+    given) and the Gluon one set to ``gluon`` (off: Triton's own
+    warp-specialised kernel runs), then both switches and the configs as
+    they were; the binding's traced calls are dropped both ways, so each
+    call plans again."""
     from core_triton.attention import flash, flash_tma_plans
 
     before = flash_tma_plans.WS_FORWARD, dict(flash_tma_plans.WS_CONFIGS)
+    gluon_before = flash_tma_plans.GLUON_FORWARD
     flash.set_ws_forward("on", configs)
+    flash.set_gluon_forward(gluon)
     fw.clear_caches()
     try:
         yield
     finally:
         flash_tma_plans.WS_CONFIGS.clear()
         flash.set_ws_forward(*before)
+        flash.set_gluon_forward(gluon_before)
         fw.clear_caches()
+
+
+def gluon_forward_runs() -> bool:
+    """The Gluon forward can run here: an sm_90 GPU, not the interpreter,
+    a Triton with Gluon."""
+    from core_triton.attention import flash_fwd_gluon
+    from core_triton.common.runtime import cuda_capability
+
+    return (
+        not interpreter_requested()
+        and flash_fwd_gluon.flash_fwd_gluon_kernel is not None
+        and cuda_capability() == 90
+    )
 
 
 @contextlib.contextmanager
@@ -240,6 +258,28 @@ GPU_CASES = {
     "d256_t1024": (256, 1024, None, None),
     "d128_t2048_bias11": (128, 2048, "11", (True, "bfloat16")),
     "d256_t1024_bias1h": (256, 1024, "1H", (False, "float32")),
+}
+
+
+# The Gluon forward (flash_fwd_gluon; head dim 128, no sinks): shape, options,
+# dtype.  GPU only (Gluon has no interpreter).
+GLUON_CASES = {
+    "causal_gqa_b2": ({"B": 2, "Tq": 128, "Tk": 128, "D": 128}, {"causal": True}, "bfloat16"),
+    "full_b2_partial_blocks": ({"B": 2, "Tq": 1000, "Tk": 777, "D": 128}, {}, "bfloat16"),
+    "causal_tq_gt_tk_gqa": (
+        {"B": 2, "Tq": 1000, "Tk": 300, "HQ": 4, "H": 2, "D": 128},
+        {"causal": True},
+        "bfloat16",
+    ),
+    "causal_tq_lt_tk_scale": (
+        {"Tq": 300, "Tk": 1000, "HQ": 2, "H": 1, "D": 128},
+        {"causal": True, "softmax_scale": 0.2},
+        "bfloat16",
+    ),
+    # One query row (Tq 1 and Tk 1 has gradients of exactly zero: no scale to compare with).
+    "one_query_row": ({"Tq": 1, "Tk": 300, "HQ": 2, "H": 2, "D": 128}, {}, "bfloat16"),
+    "t4096_causal_gqa8": ({"Tq": 4096, "Tk": 4096, "HQ": 8, "H": 1, "D": 128}, {"causal": True}, "bfloat16"),
+    "t4100_4097_full_f16": ({"Tq": 4100, "Tk": 4097, "HQ": 2, "H": 2, "D": 128}, {}, "float16"),
 }
 
 
@@ -680,6 +720,77 @@ class FlashAttentionSuite(KernelLevelCases):
         seen = {n: fw.numpy(fw.array(c[n], "bfloat16")) for n in ("query", "key", "value")}
         assert_close(out, attention_ref(**seen, causal=True)["out"], "bfloat16")
         pytest.fail("3 stages now compile right: measure them again (flash_tma_plans.WS_CONFIGS)")
+
+    @pytest.mark.parametrize("case", sorted(GLUON_CASES))
+    def test_gluon_forward(self, case, monkeypatch):
+        """The Gluon forward (flash_fwd_gluon, the plan's pick on sm_90 at
+        head dim 128 from 4096 queries and keys; forced on here at every
+        length) matches the float64 reference, forward and every gradient
+        (the main backward kernels take its lse): partial query and key
+        blocks with several batches, Tq above and below Tk causal, grouped
+        heads, float16, one query row."""
+        from core_triton.attention import flash_fwd_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        shape, options, dtype = GLUON_CASES[case]
+        self._kernel_level(True)
+        with ws_forward_on(self.fw, gluon="on"):
+            seen = spy_launches(self.fw, monkeypatch)
+            self._check(make_case(np.random.default_rng(28), **shape), options, dtype=dtype)
+        assert seen[0].kernel is flash_fwd_gluon.flash_fwd_gluon_kernel, seen[0].kernel
+
+    def test_gluon_forward_where_it_applies(self):
+        """On an sm_90 GPU the plan takes the Gluon forward by itself for
+        plain and causal half-precision attention at head dim 128 from 4096
+        queries and keys, and Triton's warp-specialised one with sinks or
+        below 4096; the main kernel at head dim 64 (plans only)."""
+        from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
+        from core_triton.common.launch import TensorInfo
+
+        if not gluon_forward_runs():
+            pytest.skip("the plan's own choice on an sm_90 GPU")
+        gluon, ws = flash_fwd_gluon.flash_fwd_gluon_kernel, flash_tma_plans.flash_fwd_ws_kernel
+        for T, D, options, sink, want in (
+            (4096, 128, {"causal": True}, False, gluon),
+            (8192, 128, {}, False, gluon),
+            (4096, 128, {}, True, ws),
+            (2048, 128, {"causal": True}, False, ws),
+            (8192, 64, {}, False, None),
+        ):
+            q = TensorInfo((2, T, 4, D), "bfloat16", (T * 4 * D, 4 * D, D, 1))
+            kv = TensorInfo((2, T, 2, D), "bfloat16", (T * 2 * D, 2 * D, D, 1))
+            aux = TensorInfo((4,), "float32", (1,)) if sink else None
+            planned = flash.plans(q, kv, kv, softmax_aux=aux, **options)[0].forward[0].kernel
+            assert planned is want if want is not None else planned not in (gluon, ws), (T, D, options, sink)
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_gluon_forward_batches_isolated(self, causal, monkeypatch):
+        """The Gluon forward reads each batch through its own descriptor:
+        batch 1's infinite keys and NaN values never reach batch 0, with a
+        partial key block (T 45) and with whole ones (T 128)."""
+        from core_triton.attention import flash_fwd_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        rng = np.random.default_rng(29)
+        for T in (45, 128):
+            B, HQ, H, D = 2, 2, 1, 128
+            q, k = rng.standard_normal((B, T, HQ, D)), rng.standard_normal((B, T, H, D))
+            v = self.fw.numpy(self.fw.array(rng.standard_normal((B, T, H, D)), "bfloat16"))
+            q, k = (self.fw.numpy(self.fw.array(x, "bfloat16")) for x in (q, k))
+            k_bad, v_bad = k.copy(), v.copy()
+            k_bad[1, 0] = np.inf
+            v_bad[1, :3] = np.nan
+            fw = self.fw
+            with ws_forward_on(fw, gluon="on"):
+                seen = spy_launches(fw, monkeypatch)
+                arrays = (fw.array(x, "bfloat16") for x in (q, k_bad, v_bad))
+                out = fw.numpy(fw.api.flash_attention(*arrays, causal=causal))
+            assert seen[0].kernel is flash_fwd_gluon.flash_fwd_gluon_kernel
+            ref = attention_ref(q[:1], k[:1], v[:1], causal=causal)["out"]
+            assert_close(out[:1], ref, "bfloat16", f"batch 0, T {T}")
 
     def test_ws_forward_falls_back(self, monkeypatch):
         """Where the warp-specialised forward does not apply (float32, a
