@@ -21,6 +21,7 @@ import torch
 import triton
 
 from core_triton.attention import flash as core
+from core_triton.attention.flash_configs import program_grid
 from core_triton.common.launch import run_steps
 from torch_api._launch import info, launch
 
@@ -56,16 +57,20 @@ TILES = {
 
 
 def retiled(plan, tiles, length, block="BN"):
-    """``plan`` with ``tiles = (BM, BN, warps, stages)`` and its grid's first
-    axis over ``length`` in blocks of ``block`` ("BN" for the dK/dV kernel,
-    "BM" for the forward)."""
+    """``plan`` with ``tiles = (BM, BN, warps, stages)`` and its grid's
+    block axis over ``length`` in blocks of ``block`` ("BN" for the dK/dV
+    kernel, "BM" for the forward), the other axis and the launch order
+    (``ORDER``, flash_configs.program_grid) kept."""
     bm, bn, w, s = tiles
+    order = plan.constexprs["ORDER"]
+    programs = plan.grid[1 if order == 0 else 0]
+    blocks = triton.cdiv(length, {"BM": bm, "BN": bn}[block])
     return dataclasses.replace(
         plan,
         constexprs={**plan.constexprs, "BM": bm, "BN": bn},
         num_warps=w,
         num_stages=s,
-        grid=(triton.cdiv(length, {"BM": bm, "BN": bn}[block]), *plan.grid[1:]),
+        grid=program_grid(blocks, programs, order),
     )
 
 

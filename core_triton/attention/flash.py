@@ -51,12 +51,15 @@ from dataclasses import dataclass
 from core_triton.attention import flash_configs, flash_tma_plans
 from core_triton.attention.flash_bwd_plans import GradShared, backward_plans
 from core_triton.attention.flash_configs import (
+    CONFIGS,
     FIXED,
     FLOAT32_256,
     FWD_CONFIGS,
     KERNELS,
     length_class,
     measured_choice,
+    program_grid,
+    program_order,
     stride_hint_bits,
     tuned_kernel,
     unpack,
@@ -105,6 +108,17 @@ def set_dkdv_splits(splits: int | None) -> None:
     if splits is not None and (not isinstance(splits, int) or splits < 1):
         raise ValueError(f"splits must be None or a positive int, got {splits!r}")
     flash_configs.DKDV_SPLITS = splits
+    replan()
+
+
+def set_program_order(order: int | None) -> None:
+    """The launch order of the forward, dQ and dK/dV kernels
+    (flash_common.block_and_row): None, the plan's rule
+    (flash_configs.program_order); 0, 1 or 2, that order on every launch
+    whose grid fits it.  Plans made before are dropped."""
+    if order not in (None, 0, 1, 2):
+        raise ValueError(f"order must be None, 0, 1 or 2, got {order!r}")
+    flash_configs.PROGRAM_ORDER = order
     replan()
 
 
@@ -171,18 +185,19 @@ def gated_pair(
     ``plan``'s last parameters are the dummies of the kernel's ``*_IN``
     pointers, one per output.  ``first``: another first launch (the
     warp-specialised forward, gated), where plain attention takes it;
-    ``tiles``: plain attention's ``(kernel, grid, block, num_warps,
-    num_stages, maxnreg)`` for the first launch (its measured tiles may not be the
-    ranged kernel's), else the ranged launch's own."""
+    ``tiles``: plain attention's ``(kernel, grid, consts, num_warps,
+    num_stages, maxnreg)`` (``consts``: its tile and launch order) for the
+    first launch (its measured tiles and its order may not be the ranged
+    kernel's), else the ranged launch's own."""
     n = len(plan.outputs)
     whole = first
     if whole is None:
-        kernel, grid, block, w, s, cap = tiles or (
+        kernel, grid, consts, w, s, cap = tiles or (
             plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages, plan.maxnreg
         )  # fmt: skip
         flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
         whole = dataclasses.replace(
-            plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **block, **flags},
+            plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **consts, **flags},
             num_warps=w, num_stages=s, maxnreg=cap,
         )  # fmt: skip
     rest = dataclasses.replace(
@@ -305,13 +320,23 @@ def attention_plans(
         return table[dim_class][min(fixed, len(table[dim_class]) - 1)]
 
     def kernel_and_grid(kind, table, rows, programs, ranged=ranged, splits=1):
+        """``(kernel, grid, consts, num_warps, num_stages, maxnreg)`` of a
+        ``kind = (name, block name)`` launch over ``rows`` in blocks and
+        ``programs`` on the other axis; ``consts``: its tile (none when
+        autotuned) and launch order (``ORDER``, flash_configs.program_order)."""
         chosen = config(kind[0], table, ranged, splits)
+        # Autotuned, the order must fit the smallest candidate's blocks.
+        tiles = [chosen] if chosen is not None else CONFIGS[kind[0]][dim_class]
+        most = cdiv(rows, min(unpack(c)[kind[1] == "BN"] for c in tiles))
+        order = program_order(kind[0], opts.causal, opts.window is not None, ranged, most, programs)
         if chosen is None:
-            grid = lambda meta: (cdiv(rows, meta[kind[1]]), programs)  # noqa: E731
-            return tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk))), grid, {}, None, None, None
+            grid = lambda meta: program_grid(cdiv(rows, meta[kind[1]]), programs, order)  # noqa: E731
+            kernel = tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk)))
+            return kernel, grid, {"ORDER": order}, None, None, None
         bm, bn, w, s, cap = unpack(chosen)
         block = {"BM": bm, "BN": bn}
-        return KERNELS[kind[0]], (cdiv(rows, block[kind[1]]), programs), block, w, s, cap
+        grid = program_grid(cdiv(rows, block[kind[1]]), programs, order)
+        return KERNELS[kind[0]], grid, {**block, "ORDER": order}, w, s, cap
 
     index_inputs = (
         In("qoff"),

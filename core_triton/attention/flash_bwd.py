@@ -19,15 +19,15 @@ gradients.
   (batch, query head) and walks the key blocks, as the forward does; it
   also writes ``delta`` for its rows (from the ``o`` and ``dO`` tiles, less
   ``dlse``), which the launches after it read.  Grid ``(cdiv(Tq, BM),
-  B*HQ)``.
+  B*HQ)`` or its transpose (``ORDER``, flash_common.block_and_row).
 * ``flash_bwd_dkdv_kernel``: one program owns ``BN`` keys of one (batch,
   key head) and walks the query blocks that can see them, for every query
   head of its group (grouped-query dK/dV are summed in registers).  Grid
-  ``(cdiv(Tk, BN), B*H*splits)``.  With few such programs (one sequence,
-  few key heads) the group's query heads are split among ``splits``
-  programs per key block, each writing float32 partial sums ``[splits, B,
-  Tk, H, D]``, and ``flash_bwd_split_sum_kernel`` adds them up in a fixed
-  order.
+  ``(cdiv(Tk, BN), B*H*splits)`` or its transpose (``ORDER``).  With few
+  such programs (one sequence, few key heads) the group's query heads are
+  split among ``splits`` programs per key block, each writing float32
+  partial sums ``[splits, B, Tk, H, D]``, and ``flash_bwd_split_sum_kernel``
+  adds them up in a fixed order.
 * ``flash_bwd_dbias_kernel`` (only when the bias needs a gradient): one
   program owns a ``BM x BN`` tile of one ``(b, h)`` slice of the bias and
   sums ``dS`` over the batches and heads that the bias is broadcast over,
@@ -50,6 +50,7 @@ from core_triton.attention.flash_common import (
     OH,
     OT,
     allowed_mask,
+    block_and_row,
     block_can_be_allowed,
     block_ids,
     block_positions,
@@ -63,6 +64,7 @@ from core_triton.attention.flash_common import (
     offset_positions,
     piece_runs,
     range_runs,
+    row_programs,
     store_tile,
     visible_key_range,
     visible_query_range,
@@ -254,6 +256,7 @@ def flash_bwd_dkdv_kernel(
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
     SPLIT: tl.constexpr,
+    ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
@@ -270,8 +273,9 @@ def flash_bwd_dkdv_kernel(
             DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
             stride_vb, stride_vh, stride_dob, stride_doh,
         )  # fmt: skip
-    pid_n = tl.program_id(0)
-    # SPLIT (1 or 2): axis 1 is (batch, key head, split), and split ``s`` of
+    # ORDER: which program takes which key block (flash_common.block_and_row).
+    pid_n, second = block_and_row(ORDER)
+    # SPLIT (1 or 2): ``second`` is (batch, key head, split), and split ``s`` of
     # ``splits`` takes its share of the group's query heads and writes its
     # own float32 partial sums (flash_bwd_split_sum_kernel adds them); 2: the
     # share is one head (splits == group), a constant, so that the loop over
@@ -282,15 +286,15 @@ def flash_bwd_dkdv_kernel(
     # the kernel is compiled as if there were no split (sm_90, head dim 128,
     # the split's indices kept live spilled 608 bytes against 296).
     if SPLIT:
-        split = tl.program_id(1) % splits
-        pid_bh = tl.program_id(1) // splits
+        split = second % splits
+        pid_bh = second // splits
         if SPLIT == 2:
             per_split: tl.constexpr = 1
         else:
             per_split = group // splits
         g0 = split * per_split
     else:
-        pid_bh = tl.program_id(1)
+        pid_bh = second
         per_split = group
         g0 = 0
     b = pid_bh // H
@@ -374,9 +378,12 @@ def flash_bwd_dkdv_kernel(
 
     dk = dk * scale
     if SPLIT:
-        # Outputs [splits, B, Tk, H, D]; B from the grid (axis 1: B * H * splits).
-        batches = tl.num_programs(1) // (H * splits)
-        out_rows = (((tl.program_id(1) % splits).to(tl.int64) * batches + b64) * Tk + offs_n) * H + h
+        # Outputs [splits, B, Tk, H, D]; B from the grid (B * H * splits
+        # programs on the second axis).  The split is read again from the
+        # program's index rather than kept live through the loops.
+        _, again = block_and_row(ORDER)
+        batches = row_programs(ORDER) // (H * splits)
+        out_rows = (((again % splits).to(tl.int64) * batches + b64) * Tk + offs_n) * H + h
     else:
         out_rows = (b64 * Tk + offs_n) * H + h
     store_tile(
@@ -577,6 +584,7 @@ def flash_bwd_dq_kernel(
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
     HAS_DLSE: tl.constexpr,
+    ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
@@ -597,8 +605,8 @@ def flash_bwd_dq_kernel(
             DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
             stride_vb, stride_vh, stride_dob, stride_doh,
         )  # fmt: skip
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # ORDER: which program takes which query block (flash_common.block_and_row).
+    pid_m, pid_bh = block_and_row(ORDER)
     b = pid_bh // HQ
     hq = pid_bh % HQ
     h = hq // group

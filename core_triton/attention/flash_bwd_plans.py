@@ -60,8 +60,9 @@ class GradShared:
     gradients' dtype (None: the inputs'), and the tile choice
     (``config(kind, table, ranged, splits)`` -> ``(BM, BN, num_warps,
     num_stages[, maxnreg])`` or None to autotune; ``kernel_and_grid(kind,
-    table, rows, programs, ranged, splits)`` -> ``(kernel, grid, block,
-    num_warps, num_stages, maxnreg)``), and ``gate``: None, or the function that
+    table, rows, programs, ranged, splits)`` -> ``(kernel, grid, consts,
+    num_warps, num_stages, maxnreg)``, ``consts`` the tile and the launch
+    order ``ORDER``), and ``gate``: None, or the function that
     splits a ranged launch into its gated pair (flash.gated_pair)."""
 
     q: TensorInfo

@@ -29,6 +29,12 @@ constant when the tuple is written in the call or bound with an annotation
 tl.constexpr = T[i]``).  Compiled Triton (3.6 and 3.9) makes run-time
 values of constexprs bound by ``a, b = T`` or ``a = T[i]`` (a string one
 fails to compile), and the interpreter makes a tensor of ``a = T[i]``.
+
+Launch order.  Which program owns which block is the constexpr ``ORDER``
+of the forward, dQ and dK/dV kernels and the warp-specialised forward,
+read through :func:`block_and_row` alone (flash_configs.program_order
+picks it, flash_configs.program_grid makes the grid): only the schedule
+changes, never a result.
 """
 
 import triton
@@ -71,6 +77,47 @@ def hinted_strides(DIV16: tl.constexpr, qt, kt, vt, dot, qb, qh, kb, kh, vb, vh,
         hinted(qb, DIV16, QB), hinted(qh, DIV16, QH), hinted(kb, DIV16, KB), hinted(kh, DIV16, KH),
         hinted(vb, DIV16, VB), hinted(vh, DIV16, VH), hinted(dob, DIV16, DOB), hinted(doh, DIV16, DOH),
     )  # fmt: skip
+
+
+@triton.jit
+def block_and_row(ORDER: tl.constexpr):
+    """A flash program's ``(block, row)``: ``block``, its block along the
+    sequence it owns (query block; key block for dK/dV), and ``row``, its
+    index on the other axis (batch * head; with the dK/dV split, batch *
+    key head * splits), under the launch order ``ORDER``
+    (flash_configs.program_order; flash_configs.program_grid makes the
+    matching grid):
+
+    * 0: grid ``(blocks, rows)``, block = ``program_id(0)``;
+    * 1: grid ``(rows, blocks)``, block = ``program_id(1)``;
+    * 2: grid ``(rows, blocks)``, block = ``num_programs(1) - 1 -
+      program_id(1)``: the last block first.
+
+    Why: the GPU starts programs with axis 0 fastest, so under 1 and 2
+    every (batch, head) of a block starts before any of the next block.
+    With a causal mask the work grows with the query block (and shrinks
+    with the key block), so taking the heaviest blocks first leaves the
+    light ones to fill the end of the launch."""
+    if ORDER == 0:
+        block = tl.program_id(0)
+        row = tl.program_id(1)
+    else:
+        block = tl.program_id(1)
+        row = tl.program_id(0)
+        if ORDER == 2:
+            block = tl.num_programs(1) - 1 - block
+    return block, row
+
+
+@triton.jit
+def row_programs(ORDER: tl.constexpr):
+    """How many programs the launch has on the ``row`` axis of
+    :func:`block_and_row` (the grid's axis 1 under ``ORDER`` 0, else 0)."""
+    if ORDER == 0:
+        n = tl.num_programs(1)
+    else:
+        n = tl.num_programs(0)
+    return n
 
 
 @triton.jit

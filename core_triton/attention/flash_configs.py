@@ -60,8 +60,9 @@ FIXED = {64: 4, 128: 4, 256: 1}
 # 28-490 bytes where plain spills 0-110), which cost them 13-22% on the H100.
 # GATE too: the plain kernel's half of a gated pair (flash.gated_pair) may
 # tune on a call where few of its blocks have work, and its pick must not
-# become plain attention's.
-_KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "HAS_SEG", "HAS_RANGE", "NQP", "NKP", "DOT_PREC", "GATE"]
+# become plain attention's.  ORDER (the launch order, program_order) too: a
+# pick timed under one order need not be the best under another.
+_KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "HAS_SEG", "HAS_RANGE", "NQP", "NKP", "DOT_PREC", "GATE", "ORDER"]
 # Head dims of 65-128 (the common case) take a config measured on the H100
 # instead of autotuning: bf16, B=4, H=16, T from 1k to 16k, causal or not.
 # The first two configs of each sweep were within 2-5% of each other, close
@@ -232,6 +233,47 @@ def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
         if group % splits == 0 and key_blocks * programs * splits >= DKDV_PROGRAMS_PER_SM * sms:
             return splits
     return group
+
+
+# Which program takes which block (flash_common.block_and_row's ORDER).
+# Causal attention's work grows with the query block (block i visits about
+# i + 1 key blocks) and shrinks with the key block in dK/dV, but the GPU
+# starts programs with axis 0 fastest: under the grid (blocks, B * heads)
+# every head's blocks run light to heavy in turn, and the launch ends on a
+# mix of heavy and light programs.  As FlashAttention does, causal launches
+# put the heads on axis 0 and start the heaviest blocks first: forward and
+# dQ from the last query block (ORDER 2), dK/dV from the first key block
+# (ORDER 1).  A window makes the blocks' work about equal, and the ranged
+# kernel's (segment ranges) follows the sequences, not the index: both keep
+# ORDER 0.  CUDA takes up to 65535 programs on axis 1 and 2**31 - 1 on axis
+# 0: a launch whose blocks or programs do not fit the transposed grid keeps
+# ORDER 0.  PROGRAM_ORDER: one order forced on every launch that fits it
+# (tests and probes; flash.set_program_order), None: the rule.
+GRID_Y_MAX = 65535
+GRID_X_MAX = 2**31 - 1
+PROGRAM_ORDER: int | None = None
+
+
+def program_order(kind: str, causal: bool, window: bool, ranged: bool, blocks: int, programs: int) -> int:
+    """The launch order (flash_common.block_and_row) of a ``kind`` launch
+    ("fwd", "dq", "dkdv"): 2 (forward, dQ) or 1 (dK/dV) for causal
+    attention without a window outside the ranged kernel (``ranged``),
+    else 0; 0 wherever ``blocks`` (along the sequence; for an autotuned
+    launch, its smallest tile's count) or ``programs`` (batch * heads
+    [* splits]) would not fit the transposed grid."""
+    fits = blocks <= GRID_Y_MAX and programs <= GRID_X_MAX
+    if PROGRAM_ORDER is not None:
+        return PROGRAM_ORDER if fits else 0
+    if not causal or window or ranged or not fits:
+        return 0
+    return 1 if kind == "dkdv" else 2
+
+
+def program_grid(blocks: int, programs: int, order: int) -> tuple[int, int]:
+    """The grid of a launch of ``blocks`` blocks along its sequence and
+    ``programs`` on the other axis under ``order`` (the layout
+    flash_common.block_and_row reads)."""
+    return (blocks, programs) if order == 0 else (programs, blocks)
 
 
 def unpack(config: tuple) -> tuple:

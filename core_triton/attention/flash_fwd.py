@@ -10,7 +10,8 @@ every row with no allowed key gets output 0, and with finite sinks ``lse``
 is the log-sum-exp of the sinks alone).  Positions, pieces and block
 ranges: see flash_common.
 
-Grid: ``(cdiv(Tq, BM), B * HQ)``.  Grouped queries: head ``hq`` reads key
+Grid: ``(cdiv(Tq, BM), B * HQ)``, or its transpose (``ORDER``:
+flash_common.block_and_row).  Grouped queries: head ``hq`` reads key
 head ``hq // group``.  Head dims ``D``/``DV`` are padded to powers of two
 ``BD``/``BDV`` with masks.  Offsets of a (batch, head) slice are 64-bit;
 row offsets inside a slice are 64-bit when the plan sets ``ROW64``.
@@ -22,6 +23,7 @@ import triton.language as tl
 from core_triton.attention.flash_common import (
     LN2,
     LOG2E,
+    block_and_row,
     block_can_be_allowed,
     block_ids,
     block_positions,
@@ -211,6 +213,7 @@ def flash_fwd_kernel(
     DIV16: tl.constexpr,
     DOT_PREC: tl.constexpr,
     GATE: tl.constexpr,
+    ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
@@ -226,8 +229,8 @@ def flash_fwd_kernel(
     (stride_qt, stride_kt, stride_vt, _, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, _,
      _) = hinted_strides(DIV16, stride_qt, stride_kt, stride_vt, 0, stride_qb, stride_qh, stride_kb,
                          stride_kh, stride_vb, stride_vh, 0, 0)  # fmt: skip
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
+    # ORDER: which program takes which query block (flash_common.block_and_row).
+    pid_m, pid_bh = block_and_row(ORDER)
     b = pid_bh // HQ
     hq = pid_bh % HQ
     h = hq // group

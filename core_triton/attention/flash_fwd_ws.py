@@ -38,7 +38,7 @@ jax_api._compiled).
 import triton
 import triton.language as tl
 
-from core_triton.attention.flash_common import LN2, LOG2E, gated_rows
+from core_triton.attention.flash_common import LN2, LOG2E, block_and_row, gated_rows
 from core_triton.common.kernel_helpers import dot, dot_acc
 from core_triton.common.runtime import jit
 
@@ -86,20 +86,22 @@ def flash_fwd_ws_kernel(
     CAUSAL: tl.constexpr,
     HAS_SINK: tl.constexpr,
     GATE: tl.constexpr,
+    ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
-    """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
-    query head); head ``hq`` reads key head ``hq // (HQ // H)``.  ``GATE``
-    1: the first launch of a gated pair (flash.gated_pair), which runs only
-    the blocks that hold a row whose segment holds every key (``QRANGE [B,
-    2 Tq]``, segment_ranges' format; a placeholder for ``GATE`` 0)."""
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        # The last query blocks see the most keys: start them first, so the
-        # short ones fill the tail of the launch.
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
+    """Grid ``(cdiv(Tq, BM), B * HQ)`` or its transpose (``ORDER``,
+    flash_common.block_and_row): ``BM`` query rows of one (batch, query
+    head); head ``hq`` reads key head ``hq // (HQ // H)``.  ``GATE`` 1: the
+    first launch of a gated pair (flash.gated_pair), which runs only the
+    blocks that hold a row whose segment holds every key (``QRANGE [B, 2
+    Tq]``, segment_ranges' format; a placeholder for ``GATE`` 0)."""
+    # Causal, the plan asks for ORDER 2 (flash_configs.program_order): the
+    # last query blocks see the most keys, so they start first and the
+    # short ones fill the tail of the launch.  (This kernel used to flip its
+    # blocks on axis 0 itself when causal; the order now does it, heads
+    # fastest.)
+    pid_m, pid_bh = block_and_row(ORDER)
     b = pid_bh // HQ
     hq = pid_bh % HQ
     h = hq // (HQ // H)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from core_triton.attention import flash_fwd_gluon
+from core_triton.attention.flash_configs import program_grid, program_order
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import cuda_capability, interpreter_requested
@@ -147,9 +148,11 @@ def ws_forward(
     if B > 1 and Tk % bn:
         # A key block would cross into the next batch (flash_fwd_ws).
         return None
+    # The first launch of a gated pair is plain attention's: its order too.
+    order = program_order("fwd", opts.causal, opts.window is not None, False, cdiv(Tq, bm), B * HQ)
     return LaunchPlan(
         kernel=flash_fwd_ws_kernel,
-        grid=(cdiv(Tq, bm), B * HQ),
+        grid=program_grid(cdiv(Tq, bm), B * HQ, order),
         params=(
             In("q"),
             In("k"),
@@ -175,6 +178,7 @@ def ws_forward(
             BM=bm,
             BN=bn,
             GATE=1 if gate_range else 0,
+            ORDER=order,
         ),
         num_warps=w,
         num_stages=s,

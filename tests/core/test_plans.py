@@ -460,3 +460,90 @@ def test_stride_hint_bits_name_each_stride():
     _, dq = plans.grads(do, o)
     named = {n for i, n in enumerate(HINTED) if dq[0].constexprs["DIV16"] >> i & 1}
     assert named == want | {"dot", "dob", "ob", "oh"}
+
+
+def test_program_order_rule(monkeypatch):
+    """The launch order (flash_common.block_and_row): causal attention
+    without a window outside the ranged kernel starts its heaviest blocks
+    first, heads on axis 0 (forward and dQ from the last query block, 2;
+    dK/dV from the first key block, 1); a window, no mask or the ranged
+    kernel keep 0, and so does a launch whose grid would not fit the
+    transposed grid (65535 programs on axis 1).  A forced order
+    (flash_configs.PROGRAM_ORDER) holds wherever the grid fits."""
+    rule = flash_configs.program_order
+    assert [rule(kind, True, False, False, 64, 32) for kind in ("fwd", "dq", "dkdv")] == [2, 2, 1]
+    for causal, window, ranged in ((False, False, False), (True, True, False), (True, False, True)):
+        for kind in ("fwd", "dq", "dkdv"):
+            assert rule(kind, causal, window, ranged, 64, 32) == 0, (kind, causal, window, ranged)
+    assert rule("fwd", True, False, False, 65535, 32) == 2
+    assert rule("fwd", True, False, False, 65536, 32) == 0
+    assert rule("dkdv", True, False, False, 64, 2**31) == 0
+    assert flash_configs.program_grid(64, 32, 0) == (64, 32)
+    assert flash_configs.program_grid(64, 32, 1) == flash_configs.program_grid(64, 32, 2) == (32, 64)
+    for order in (0, 1, 2):
+        monkeypatch.setattr(flash_configs, "PROGRAM_ORDER", order)
+        assert rule("dq", False, True, True, 64, 32) == order
+        assert rule("fwd", True, False, False, 70000, 32) == 0
+
+
+def _orders(steps, rows, programs):
+    """``(ORDER, grid)`` of each main launch of ``steps`` (a split's sum has
+    no order), with an autotuned grid evaluated at 32x32 tiles; checks that
+    the grid holds ``cdiv(rows, block)`` blocks on the order's axis."""
+    out = []
+    for p in steps:
+        if "ORDER" not in p.constexprs:
+            continue
+        order = p.constexprs["ORDER"]
+        meta = {"BM": 32, "BN": 32, **p.constexprs}
+        grid = p.grid(meta) if callable(p.grid) else p.grid
+        block = meta["BN"] if {"dk", "dk_part"} & set(p.output_names) else meta["BM"]
+        assert grid == flash_configs.program_grid(cdiv(rows, block), programs, order), (p.output_names, grid)
+        out.append(order)
+    return out
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_causal_plans_start_the_heaviest_blocks(measured, monkeypatch):
+    """The plans' launch orders: causal without a window, forward and dQ 2,
+    dK/dV 1 (its split too), with grids laid out to match, measured tiles
+    or autotuned; not causal, or with a window, 0 everywhere; with segment
+    ids, the gated pair's first launch (plain attention's kernel, the
+    warp-specialised forward too) takes plain attention's order and the
+    ranged one 0."""
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "MEASURED", measured)
+    monkeypatch.setattr(flash_configs, "DKDV_SPLITS", 2)  # a split of the group of 4
+    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
+    flash.replan()  # plans and flash.plans' own cache
+    try:
+        B, T, HQ, H = 2, 4096, 8, 2
+        q, kv = _info((B, T, HQ, 64), "bfloat16"), _info((B, T, H, 64), "bfloat16")
+        ids = _info((B, T), "int32")
+        by_ids = {"q_segment_ids": ids, "q_key_range": ids, "kv_query_range": ids}
+
+        def orders(**options):
+            plans, _ = flash.plans(q, kv, kv, **options)
+            dkdv, dq = plans.grads(q, q)
+            return (
+                _orders(plans.forward, T, B * HQ),
+                _orders(dq, T, B * HQ),
+                _orders(dkdv, T, B * H * 2),
+            )
+
+        assert orders(causal=True) == ([2], [2], [1])
+        assert orders() == ([0], [0], [0])
+        assert orders(causal=True, sliding_window=128) == ([0], [0], [0])
+        assert orders(causal=True, **by_ids) == ([2, 0], [2, 0], [1, 0])
+        assert orders(**by_ids) == ([0, 0], [0, 0], [0, 0])
+        monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "on")
+        for D in (64, 128):  # the warp-specialised forward at 128
+            q, kv = _info((B, T, HQ, D), "bfloat16"), _info((B, T, H, D), "bfloat16")
+            plans, _ = flash.plans(q, kv, kv, causal=True)
+            assert (plans.forward[0].kernel is flash_tma_plans.flash_fwd_ws_kernel) == (D == 128)
+            assert _orders(plans.forward, T, B * HQ) == [2]
+            plans, _ = flash.plans(q, kv, kv, causal=True, **by_ids)
+            assert _orders(plans.forward, T, B * HQ) == [2, 0]
+    finally:
+        flash.replan()

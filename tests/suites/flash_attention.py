@@ -101,6 +101,23 @@ def dkdv_splits_set(fw, splits: int | None):
         fw.clear_caches()
 
 
+@contextlib.contextmanager
+def program_order_set(fw, order: int | None):
+    """Every flash launch's order (flash_common.block_and_row) forced to
+    ``order`` (None: the plan's rule, flash_configs.program_order), then as
+    it was; the binding's traced calls are dropped both ways."""
+    from core_triton.attention import flash, flash_configs
+
+    before = flash_configs.PROGRAM_ORDER
+    flash.set_program_order(order)
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        flash.set_program_order(before)
+        fw.clear_caches()
+
+
 def spy_launches(fw, monkeypatch) -> list:
     """Record every plan the binding's flash_attention launches (its modules,
     and the sinks' gradient in the module it shares with ring_attention)."""
@@ -319,6 +336,26 @@ WS_CASES = {
 }  # fmt: skip
 
 
+# The launch-order test (FlashAttentionSuite.test_program_order): name ->
+# (make_case arguments, options, dtype, dK/dV split, warp-specialised
+# forward forced on).  Causal, so that the rule picks orders 2 and 1; four
+# query and key blocks of the interpreter's 32 (the last partial) or more
+# (the warp-specialised case: whole key blocks of a GPU's 128, as it takes
+# two batches only with those).
+ORDER_CASES = {
+    "causal_gqa": ({"B": 2, "Tq": 100, "Tk": 100, "HQ": 4, "H": 2}, {"causal": True}, "float32", None, False),
+    "causal_tq_gt_tk_split": (
+        {"B": 2, "Tq": 110, "Tk": 75, "HQ": 8, "H": 2, "sink": "1d"}, {"causal": True}, "float32", 2, False,
+    ),
+    "causal_segments": (
+        {"B": 2, "Tq": 100, "Tk": 100, "HQ": 4, "H": 2, "seg": "q"}, {"causal": True}, "float32", None, False,
+    ),
+    "causal_ws": (
+        {"B": 2, "Tq": 256, "Tk": 256, "HQ": 2, "H": 1, "D": 128}, {"causal": True}, "bfloat16", None, True,
+    ),
+}  # fmt: skip
+
+
 class FlashAttentionSuite(KernelLevelCases):
     fw = None  # set by the framework's module
     # kernel_cases = False (tests/suites/kernel_level.py): the BINDING_*
@@ -505,6 +542,56 @@ class FlashAttentionSuite(KernelLevelCases):
         # constant (SPLIT 2).
         split = 0 if splits == 1 else 2 if splits == 6 else 1
         assert all(p.constexprs["SPLIT"] == split for p in dkdv)
+
+    @pytest.mark.parametrize("order", [None, 0, 1, 2])
+    @pytest.mark.parametrize("variant", sorted(ORDER_CASES))
+    def test_program_order(self, variant, order, monkeypatch):
+        # Causal attention with each launch order forced (None: the plan's
+        # rule, which takes 2 for the forward and dQ, 1 for dK/dV, 0 for
+        # the ranged kernel of a gated pair), at sizes of several blocks
+        # with a partial last one: the forward and every gradient against
+        # float64, and the same bits as order 0 (only which program takes
+        # which block changes).  With the dK/dV group split, segment ids'
+        # gated pairs and the warp-specialised forward.
+        from core_triton.attention.flash_tma_plans import flash_fwd_ws_kernel
+
+        self._kernel_level(variant == "causal_gqa")
+        shape, options, dtype, splits, ws = ORDER_CASES[variant]
+        case = make_case(np.random.default_rng(28), **shape)
+        Tq, Tk = case["query"].shape[1], case["key"].shape[1]
+
+        def run(order):
+            with contextlib.ExitStack() as stack, monkeypatch.context() as patch:
+                stack.enter_context(program_order_set(self.fw, order))
+                stack.enter_context(dkdv_splits_set(self.fw, splits))
+                if ws:
+                    stack.enter_context(ws_forward_on(self.fw))
+                plans = spy_launches(self.fw, patch)
+                out, lse, grads, _ = self._check(case, options, dtype=dtype, dlse=True)
+            return (out, lse, grads), plans
+
+        got, plans = run(order)
+        ordered = [p for p in plans if "ORDER" in p.constexprs]
+        kinds = {"out": "fwd", "dq": "dq", "dk": "dkdv", "dk_part": "dkdv"}
+        assert {kinds[p.output_names[0]] for p in ordered} == {"fwd", "dq", "dkdv"}
+        if ws:
+            assert any(p.kernel is flash_fwd_ws_kernel for p in ordered)
+        for p in ordered:
+            kind = kinds[p.output_names[0]]
+            want = order
+            if order is None:  # the plan's rule: the ranged kernel keeps 0
+                want = 0 if p.constexprs.get("GATE") == 2 else 1 if kind == "dkdv" else 2
+            assert p.constexprs["ORDER"] == want, (kind, p.constexprs.get("GATE"))
+            if not callable(p.grid):
+                block, T = (p.constexprs["BN"], Tk) if kind == "dkdv" else (p.constexprs["BM"], Tq)
+                assert p.grid[0 if want == 0 else 1] == -(-T // block), (kind, p.grid)
+        if order:
+            base, _ = run(0)
+            for a, b in zip(got[:2], base[:2], strict=True):
+                assert np.array_equal(a, b)
+            assert got[2].keys() == base[2].keys()
+            for name in got[2]:
+                assert np.array_equal(got[2][name], base[2][name]), name
 
     @pytest.mark.parametrize("seg", [None, "q"])
     @pytest.mark.parametrize("causal", [False, True])
