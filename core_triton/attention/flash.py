@@ -114,10 +114,10 @@ def set_dkdv_splits(splits: int | None) -> None:
 def set_program_order(order: int | None) -> None:
     """The launch order of the forward, dQ and dK/dV kernels
     (flash_common.block_and_row): None, the plan's rule
-    (flash_configs.program_order); 0, 1 or 2, that order on every launch
+    (flash_configs.program_order); 0, 1, 2 or 3, that order on every launch
     whose grid fits it.  Plans made before are dropped."""
-    if order not in (None, 0, 1, 2):
-        raise ValueError(f"order must be None, 0, 1 or 2, got {order!r}")
+    if order not in (None, 0, 1, 2, 3):
+        raise ValueError(f"order must be None, 0, 1, 2 or 3, got {order!r}")
     flash_configs.PROGRAM_ORDER = order
     replan()
 
@@ -328,7 +328,7 @@ def attention_plans(
         # Autotuned, the order must fit the smallest candidate's blocks.
         tiles = [chosen] if chosen is not None else CONFIGS[kind[0]][dim_class]
         most = cdiv(rows, min(unpack(c)[kind[1] == "BN"] for c in tiles))
-        order = program_order(kind[0], opts.causal, opts.window is not None, ranged, most, programs)
+        order = program_order(kind[0], opts.causal, opts.window is not None, ranged, most, programs, HQ // H)
         if chosen is None:
             grid = lambda meta: program_grid(cdiv(rows, meta[kind[1]]), programs, order)  # noqa: E731
             kernel = tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk)))

@@ -91,7 +91,9 @@ def block_and_row(ORDER: tl.constexpr):
     * 0: grid ``(blocks, rows)``, block = ``program_id(0)``;
     * 1: grid ``(rows, blocks)``, block = ``program_id(1)``;
     * 2: grid ``(rows, blocks)``, block = ``num_programs(1) - 1 -
-      program_id(1)``: the last block first.
+      program_id(1)``: the last block first;
+    * 3: grid ``(blocks, rows)``, block = ``num_programs(0) - 1 -
+      program_id(0)``: each (batch, head)'s last block first, heads in turn.
 
     Why: the GPU starts programs with axis 0 fastest, so under 1 and 2
     every (batch, head) of a block starts before any of the next block.
@@ -100,6 +102,9 @@ def block_and_row(ORDER: tl.constexpr):
     light ones to fill the end of the launch."""
     if ORDER == 0:
         block = tl.program_id(0)
+        row = tl.program_id(1)
+    elif ORDER == 3:
+        block = tl.num_programs(0) - 1 - tl.program_id(0)
         row = tl.program_id(1)
     else:
         block = tl.program_id(1)
@@ -112,8 +117,8 @@ def block_and_row(ORDER: tl.constexpr):
 @triton.jit
 def row_programs(ORDER: tl.constexpr):
     """How many programs the launch has on the ``row`` axis of
-    :func:`block_and_row` (the grid's axis 1 under ``ORDER`` 0, else 0)."""
-    if ORDER == 0:
+    :func:`block_and_row` (the grid's axis 1 under ``ORDER`` 0 and 3, else 0)."""
+    if ORDER == 0 or ORDER == 3:
         n = tl.num_programs(1)
     else:
         n = tl.num_programs(0)

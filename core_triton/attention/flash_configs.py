@@ -240,40 +240,64 @@ def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
 # i + 1 key blocks) and shrinks with the key block in dK/dV, but the GPU
 # starts programs with axis 0 fastest: under the grid (blocks, B * heads)
 # every head's blocks run light to heavy in turn, and the launch ends on a
-# mix of heavy and light programs.  As FlashAttention does, causal launches
-# put the heads on axis 0 and start the heaviest blocks first: forward and
-# dQ from the last query block (ORDER 2), dK/dV from the first key block
-# (ORDER 1).  A window makes the blocks' work about equal, and the ranged
+# mix of heavy and light programs.  Where query heads share key heads
+# (HEADS_FIRST_GROUP), causal launches put the heads on axis 0 and start the
+# heaviest blocks first, as FlashAttention does: forward and dQ from the
+# last query block (ORDER 2), dK/dV from the first key block (ORDER 1).
+# Otherwise they keep ORDER 0 (the warp-specialised forward 3, each head's
+# last block first, as it always did).  A window makes the blocks' work about equal, and the ranged
 # kernel's (segment ranges) follows the sequences, not the index: both keep
 # ORDER 0.  CUDA takes up to 65535 programs on axis 1 and 2**31 - 1 on axis
 # 0: a launch whose blocks or programs do not fit the transposed grid keeps
 # ORDER 0.  PROGRAM_ORDER: one order forced on every launch that fits it
 # (tests and probes; flash.set_program_order), None: the rule.
+# Heads first pays where neighbouring query heads share their key head: on
+# the H200 (bench.probes.reg_cap, launch alone) B1 T4k 32 query heads on 4,
+# causal, head dim 64: forward 216 -> 191 us, dQ 219 -> 198, dK/dV 368 ->
+# 329; head dim 128 dQ 452 -> 417 (dK/dV 620 -> 633).  Without shared heads
+# it lost (each wave reads every head's keys, not a few heads'): B4 T8k 16
+# heads on 16, head dim 64, forward 1418 -> 1547, dQ 1600 -> 1682; B16 T2k
+# dQ 487 -> 598, dK/dV 739 -> 825; head dim 128 B4 T8k dQ 3184 -> 3708.
+HEADS_FIRST_GROUP = 4
 GRID_Y_MAX = 65535
 GRID_X_MAX = 2**31 - 1
 PROGRAM_ORDER: int | None = None
 
 
-def program_order(kind: str, causal: bool, window: bool, ranged: bool, blocks: int, programs: int) -> int:
+def program_order(
+    kind: str,
+    causal: bool,
+    window: bool,
+    ranged: bool,
+    blocks: int,
+    programs: int,
+    group: int = 1,
+    flip: bool = False,
+) -> int:
     """The launch order (flash_common.block_and_row) of a ``kind`` launch
-    ("fwd", "dq", "dkdv"): 2 (forward, dQ) or 1 (dK/dV) for causal
-    attention without a window outside the ranged kernel (``ranged``),
-    else 0; 0 wherever ``blocks`` (along the sequence; for an autotuned
-    launch, its smallest tile's count) or ``programs`` (batch * heads
-    [* splits]) would not fit the transposed grid."""
+    ("fwd", "dq", "dkdv"), for causal attention without a window outside
+    the ranged kernel (``ranged``): heads first, 2 (forward, dQ) or 1
+    (dK/dV), where ``group`` query heads (at least HEADS_FIRST_GROUP) share
+    a key head; else 3 for a forward that flipped its own blocks before
+    (``flip``: the warp-specialised one), 0 for the rest.  0 wherever
+    ``blocks`` (along the sequence; for an autotuned launch, its smallest
+    tile's count) or ``programs`` (batch * heads [* splits]) would not fit
+    the transposed grid."""
     fits = blocks <= GRID_Y_MAX and programs <= GRID_X_MAX
     if PROGRAM_ORDER is not None:
-        return PROGRAM_ORDER if fits else 0
-    if not causal or window or ranged or not fits:
+        return PROGRAM_ORDER if fits or PROGRAM_ORDER in (0, 3) else 0
+    if not causal or window or ranged:
         return 0
-    return 1 if kind == "dkdv" else 2
+    if group >= HEADS_FIRST_GROUP and fits:
+        return 1 if kind == "dkdv" else 2
+    return 3 if flip and kind == "fwd" else 0
 
 
 def program_grid(blocks: int, programs: int, order: int) -> tuple[int, int]:
     """The grid of a launch of ``blocks`` blocks along its sequence and
     ``programs`` on the other axis under ``order`` (the layout
     flash_common.block_and_row reads)."""
-    return (blocks, programs) if order == 0 else (programs, blocks)
+    return (blocks, programs) if order in (0, 3) else (programs, blocks)
 
 
 def unpack(config: tuple) -> tuple:

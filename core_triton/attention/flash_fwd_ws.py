@@ -96,11 +96,9 @@ def flash_fwd_ws_kernel(
     first launch of a gated pair (flash.gated_pair), which runs only the
     blocks that hold a row whose segment holds every key (``QRANGE [B, 2
     Tq]``, segment_ranges' format; a placeholder for ``GATE`` 0)."""
-    # Causal, the plan asks for ORDER 2 (flash_configs.program_order): the
-    # last query blocks see the most keys, so they start first and the
-    # short ones fill the tail of the launch.  (This kernel used to flip its
-    # blocks on axis 0 itself when causal; the order now does it, heads
-    # fastest.)
+    # Causal, the plan asks for ORDER 2 or 3 (flash_configs.program_order):
+    # the last query blocks see the most keys, so they start first and the
+    # short ones fill the tail of the launch.
     pid_m, pid_bh = block_and_row(ORDER)
     b = pid_bh // HQ
     hq = pid_bh % HQ

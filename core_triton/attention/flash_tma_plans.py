@@ -149,7 +149,8 @@ def ws_forward(
         # A key block would cross into the next batch (flash_fwd_ws).
         return None
     # The first launch of a gated pair is plain attention's: its order too.
-    order = program_order("fwd", opts.causal, opts.window is not None, False, cdiv(Tq, bm), B * HQ)
+    window = opts.window is not None
+    order = program_order("fwd", opts.causal, window, False, cdiv(Tq, bm), B * HQ, HQ // H, flip=True)
     return LaunchPlan(
         kernel=flash_fwd_ws_kernel,
         grid=program_grid(cdiv(Tq, bm), B * HQ, order),

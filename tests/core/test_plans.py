@@ -464,26 +464,32 @@ def test_stride_hint_bits_name_each_stride():
 
 def test_program_order_rule(monkeypatch):
     """The launch order (flash_common.block_and_row): causal attention
-    without a window outside the ranged kernel starts its heaviest blocks
-    first, heads on axis 0 (forward and dQ from the last query block, 2;
-    dK/dV from the first key block, 1); a window, no mask or the ranged
+    without a window outside the ranged kernel, with 4 or more query heads a
+    key head, starts its heaviest blocks first, heads on axis 0 (forward and
+    dQ from the last query block, 2; dK/dV from the first key block, 1),
+    with fewer keeps 0 (the warp-specialised forward 3); a window, no mask or the ranged
     kernel keep 0, and so does a launch whose grid would not fit the
     transposed grid (65535 programs on axis 1).  A forced order
     (flash_configs.PROGRAM_ORDER) holds wherever the grid fits."""
     rule = flash_configs.program_order
-    assert [rule(kind, True, False, False, 64, 32) for kind in ("fwd", "dq", "dkdv")] == [2, 2, 1]
+    kinds = ("fwd", "dq", "dkdv")
+    assert [rule(kind, True, False, False, 64, 32, 4) for kind in kinds] == [2, 2, 1]
+    # Without shared key heads: 0, but 3 for the forward that flips its blocks.
+    assert [rule(kind, True, False, False, 64, 32, 2) for kind in kinds] == [0, 0, 0]
+    assert [rule(kind, True, False, False, 64, 32, 1, True) for kind in kinds] == [3, 0, 0]
     for causal, window, ranged in ((False, False, False), (True, True, False), (True, False, True)):
-        for kind in ("fwd", "dq", "dkdv"):
-            assert rule(kind, causal, window, ranged, 64, 32) == 0, (kind, causal, window, ranged)
-    assert rule("fwd", True, False, False, 65535, 32) == 2
-    assert rule("fwd", True, False, False, 65536, 32) == 0
-    assert rule("dkdv", True, False, False, 64, 2**31) == 0
-    assert flash_configs.program_grid(64, 32, 0) == (64, 32)
+        for kind in kinds:
+            assert rule(kind, causal, window, ranged, 64, 32, 8, True) == 0, (kind, causal, window, ranged)
+    assert rule("fwd", True, False, False, 65535, 32, 8) == 2
+    assert rule("fwd", True, False, False, 65536, 32, 8) == 0
+    assert rule("fwd", True, False, False, 65536, 32, 8, True) == 3
+    assert rule("dkdv", True, False, False, 64, 2**31, 8) == 0
+    assert flash_configs.program_grid(64, 32, 0) == flash_configs.program_grid(64, 32, 3) == (64, 32)
     assert flash_configs.program_grid(64, 32, 1) == flash_configs.program_grid(64, 32, 2) == (32, 64)
-    for order in (0, 1, 2):
+    for order in (0, 1, 2, 3):
         monkeypatch.setattr(flash_configs, "PROGRAM_ORDER", order)
         assert rule("dq", False, True, True, 64, 32) == order
-        assert rule("fwd", True, False, False, 70000, 32) == 0
+        assert rule("fwd", True, False, False, 70000, 32) == (order if order in (0, 3) else 0)
 
 
 def _orders(steps, rows, programs):

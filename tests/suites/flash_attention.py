@@ -338,7 +338,8 @@ WS_CASES = {
 
 # The launch-order test (FlashAttentionSuite.test_program_order): name ->
 # (make_case arguments, options, dtype, dK/dV split, warp-specialised
-# forward forced on).  Causal, so that the rule picks orders 2 and 1; four
+# forward forced on).  Causal, so that the rule picks orders 2 and 1 (the
+# split case's 4 query heads a key head) or 0 and 3 (the others); four
 # query and key blocks of the interpreter's 32 (the last partial) or more
 # (the warp-specialised case: whole key blocks of a GPU's 128, as it takes
 # two batches only with those).
@@ -543,12 +544,13 @@ class FlashAttentionSuite(KernelLevelCases):
         split = 0 if splits == 1 else 2 if splits == 6 else 1
         assert all(p.constexprs["SPLIT"] == split for p in dkdv)
 
-    @pytest.mark.parametrize("order", [None, 0, 1, 2])
+    @pytest.mark.parametrize("order", [None, 0, 1, 2, 3])
     @pytest.mark.parametrize("variant", sorted(ORDER_CASES))
     def test_program_order(self, variant, order, monkeypatch):
         # Causal attention with each launch order forced (None: the plan's
-        # rule, which takes 2 for the forward and dQ, 1 for dK/dV, 0 for
-        # the ranged kernel of a gated pair), at sizes of several blocks
+        # rule, which takes 2 for the forward and dQ, 1 for dK/dV with 4 or
+        # more query heads a key head, else 0 (3 for the warp-specialised
+        # forward), 0 for the ranged kernel of a gated pair), at sizes of several blocks
         # with a partial last one: the forward and every gradient against
         # float64, and the same bits as order 0 (only which program takes
         # which block changes).  With the dK/dV group split, segment ids'
@@ -580,11 +582,16 @@ class FlashAttentionSuite(KernelLevelCases):
             kind = kinds[p.output_names[0]]
             want = order
             if order is None:  # the plan's rule: the ranged kernel keeps 0
-                want = 0 if p.constexprs.get("GATE") == 2 else 1 if kind == "dkdv" else 2
+                heads_first = shape["HQ"] // shape["H"] >= 4
+                want = 1 if kind == "dkdv" else 2
+                if p.constexprs.get("GATE") == 2:
+                    want = 0
+                elif not heads_first:
+                    want = 3 if p.kernel is flash_fwd_ws_kernel else 0
             assert p.constexprs["ORDER"] == want, (kind, p.constexprs.get("GATE"))
             if not callable(p.grid):
                 block, T = (p.constexprs["BN"], Tk) if kind == "dkdv" else (p.constexprs["BM"], Tq)
-                assert p.grid[0 if want == 0 else 1] == -(-T // block), (kind, p.grid)
+                assert p.grid[0 if want in (0, 3) else 1] == -(-T // block), (kind, p.grid)
         if order:
             base, _ = run(0)
             for a, b in zip(got[:2], base[:2], strict=True):
