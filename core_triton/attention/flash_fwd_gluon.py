@@ -49,9 +49,9 @@ try:  # Gluon is experimental; a Triton without it (or with another API) never p
 except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
+from core_triton.attention.flash_common import LN2, LOG2E
+
 if AVAILABLE:
-    LOG2E = gl.constexpr(1.4426950408889634)
-    LN2 = gl.constexpr(0.6931471805599453)
 
     @gluon.jit
     def _producer(
@@ -88,28 +88,13 @@ if AVAILABLE:
 
     @gluon.jit
     def _consumer(
-        q_smem,
-        k_bufs,
-        v_bufs,
-        bars,
-        o_desc,
-        LSE,
-        qk_scale,
-        m0,
-        col_q,
-        lse_row,
-        Tq,
-        Tk,
-        n_blocks,
-        HALF: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        BM: gl.constexpr,
-        BN: gl.constexpr,
-        D: gl.constexpr,
+        HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr
     ):
         """One warp group, the query rows ``m0 + HALF * BM / 2`` on: the
         products, the softmax and the stores.  Two of these run side by side
-        on the same K and V buffers, each at its own pace."""
+        on the same K and V buffers, each at its own pace; ``shared``: what
+        both take (buffers, barriers, the output's descriptor, scalars)."""
+        q_smem, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, m0, col_q, lse_row, Tq, Tk, n_blocks = shared
         q_bar, k_ready, k_empty, v_ready, v_empty = bars
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
@@ -261,54 +246,11 @@ if AVAILABLE:
         col_k = h * D
         lse_row = (b * HQ + hq) * Tq
         qk_scale = scale * LOG2E
+        shared = (q_smem, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, m0, col_q, lse_row, Tq, Tk, n_blocks)
         gl.warp_specialize(
             [
-                (
-                    _consumer,
-                    (
-                        q_smem,
-                        k_bufs,
-                        v_bufs,
-                        bars,
-                        o_desc,
-                        LSE,
-                        qk_scale,
-                        m0,
-                        col_q,
-                        lse_row,
-                        Tq,
-                        Tk,
-                        n_blocks,
-                        0,
-                        CAUSAL,
-                        BM,
-                        BN,
-                        D,
-                    ),
-                ),
-                (
-                    _consumer,
-                    (
-                        q_smem,
-                        k_bufs,
-                        v_bufs,
-                        bars,
-                        o_desc,
-                        LSE,
-                        qk_scale,
-                        m0,
-                        col_q,
-                        lse_row,
-                        Tq,
-                        Tk,
-                        n_blocks,
-                        1,
-                        CAUSAL,
-                        BM,
-                        BN,
-                        D,
-                    ),
-                ),
+                (_consumer, (0, shared, CAUSAL, BM, BN, D)),
+                (_consumer, (1, shared, CAUSAL, BM, BN, D)),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, n_blocks, BN),
