@@ -768,6 +768,19 @@ class FlashAttentionSuite(KernelLevelCases):
         ref = attention_ref(q, k, v, causal=causal, softmax_scale=300.0)["out"]
         assert_close(out, ref, "bfloat16")
 
+    def _poisoned_batches(self, rng, T):
+        """Two batches of bfloat16 ``q, k, v`` (2 query heads on 1, head dim
+        128) as numpy, and ``k_bad, v_bad``: the same but for batch 1's
+        first key (infinite) and first three values (NaN)."""
+        B, HQ, H, D = 2, 2, 1, 128
+        q, k = rng.standard_normal((B, T, HQ, D)), rng.standard_normal((B, T, H, D))
+        v = self.fw.numpy(self.fw.array(rng.standard_normal((B, T, H, D)), "bfloat16"))
+        q, k = (self.fw.numpy(self.fw.array(x, "bfloat16")) for x in (q, k))
+        k_bad, v_bad = k.copy(), v.copy()
+        k_bad[1, 0] = np.inf
+        v_bad[1, :3] = np.nan
+        return q, k, v, k_bad, v_bad
+
     @pytest.mark.parametrize("T", [45, 128])
     def test_ws_forward_batches_isolated(self, T, monkeypatch):
         """No batch's output sees another batch's keys or values: batch 1
@@ -778,14 +791,7 @@ class FlashAttentionSuite(KernelLevelCases):
         from core_triton.attention import flash_tma_plans
 
         self._kernel_level(not interpreter_requested())
-        rng = np.random.default_rng(27)
-        B, HQ, H, D = 2, 2, 1, 128
-        q, k = rng.standard_normal((B, T, HQ, D)), rng.standard_normal((B, T, H, D))
-        v = self.fw.numpy(self.fw.array(rng.standard_normal((B, T, H, D)), "bfloat16"))
-        q, k = (self.fw.numpy(self.fw.array(x, "bfloat16")) for x in (q, k))
-        k_bad, v_bad = k.copy(), v.copy()
-        k_bad[1, 0] = np.inf
-        v_bad[1, :3] = np.nan
+        q, k, v, k_bad, v_bad = self._poisoned_batches(np.random.default_rng(27), T)
         out, kernel = self._ws_run(monkeypatch, (q, k_bad, v_bad))
         assert (kernel is flash_tma_plans.flash_fwd_ws_kernel) == (T == 128), kernel
         assert_close(out[:1], attention_ref(q[:1], k[:1], v[:1])["out"], "bfloat16", "batch 0")
@@ -870,13 +876,7 @@ class FlashAttentionSuite(KernelLevelCases):
         self._kernel_level(True)
         rng = np.random.default_rng(29)
         for T in (45, 128):
-            B, HQ, H, D = 2, 2, 1, 128
-            q, k = rng.standard_normal((B, T, HQ, D)), rng.standard_normal((B, T, H, D))
-            v = self.fw.numpy(self.fw.array(rng.standard_normal((B, T, H, D)), "bfloat16"))
-            q, k = (self.fw.numpy(self.fw.array(x, "bfloat16")) for x in (q, k))
-            k_bad, v_bad = k.copy(), v.copy()
-            k_bad[1, 0] = np.inf
-            v_bad[1, :3] = np.nan
+            q, k, v, k_bad, v_bad = self._poisoned_batches(rng, T)
             fw = self.fw
             with ws_forward_on(fw, gluon="on"):
                 seen = spy_launches(fw, monkeypatch)
