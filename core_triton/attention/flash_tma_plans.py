@@ -64,12 +64,18 @@ GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
 GLUON_MIN_LEN = 4096
 
 
+def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
+    """A Hopper kernel's switch: "auto" takes it on an sm_90 GPU from
+    ``min_len`` queries and keys on, "on" everywhere, "off" never."""
+    if mode == "auto":
+        return not interpreter_requested() and cuda_capability() == 90 and min(Tq, Tk) >= min_len
+    return mode == "on"
+
+
 def _gluon_wanted(Tq: int, Tk: int) -> bool:
-    if flash_fwd_gluon.flash_fwd_gluon_kernel is None or interpreter_requested() or GLUON_FORWARD == "off":
+    if flash_fwd_gluon.flash_fwd_gluon_kernel is None or interpreter_requested():
         return False
-    if GLUON_FORWARD == "auto":
-        return cuda_capability() == 90 and min(Tq, Tk) >= GLUON_MIN_LEN
-    return True
+    return _switched_on(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
 
 
 def _gluon_forward(q, k, v, opts) -> LaunchPlan:
@@ -88,12 +94,6 @@ def _gluon_forward(q, k, v, opts) -> LaunchPlan:
         num_warps=w,
         maxnreg=cap,
     )
-
-
-def _ws_wanted(Tq: int, Tk: int) -> bool:
-    if WS_FORWARD == "auto":
-        return not interpreter_requested() and cuda_capability() == 90 and min(Tq, Tk) >= WS_MIN_LEN
-    return WS_FORWARD == "on"
 
 
 def _applies(q, k, v, opts, plain, out_dtype) -> bool:
@@ -140,7 +140,7 @@ def ws_forward(
     )
     if gluon:
         return _gluon_forward(q, k, v, opts)
-    if not (_ws_wanted(Tq, Tk) and _applies(q, k, v, opts, plain, out_dtype)):
+    if not (_switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk) and _applies(q, k, v, opts, plain, out_dtype)):
         return None
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
