@@ -60,10 +60,12 @@ def retiled(plan, tiles, length, block="BN"):
     """``plan`` with ``tiles = (BM, BN, warps, stages)`` and its grid's
     block axis over ``length`` in blocks of ``block`` ("BN" for the dK/dV
     kernel, "BM" for the forward), the other axis and the launch order
-    (``ORDER``, flash_configs.program_grid) kept."""
+    (``ORDER``, flash_configs.program_grid; a kernel without one, the
+    Gluon forward, lays its grid out as order 0) kept."""
     bm, bn, w, s = tiles
-    order = plan.constexprs["ORDER"]
-    programs = plan.grid[1 if order == 0 else 0]
+    order = plan.constexprs.get("ORDER", 0)
+    blocks_first = program_grid(1, 2, order) == (1, 2)  # program_grid's layout for this order
+    programs = plan.grid[1 if blocks_first else 0]
     blocks = triton.cdiv(length, {"BM": bm, "BN": bn}[block])
     return dataclasses.replace(
         plan,
