@@ -9,11 +9,16 @@ grouped heads, causal with ``Tq != Tk``, several batches whose rows past
 kernel, ``torch_api.flash_attention`` (the plan's kernels) and SDPA on
 cuDNN, one after another in each of three rounds (medians).
 
-``python -m bench.probes.gluon_flash``; ``GLUON_FLASH_TIME=0`` checks only.
+``python -m bench.probes.gluon_flash``; ``GLUON_FLASH_TIME=0`` checks only;
+``GLUON_FLASH_MODULES=core,mod,...``: the kernels to take, ``core`` the
+library's and any other a module holding a ``flash_fwd_gluon_kernel`` of
+the same parameters (an older copy, with or without ``QRANGE``/``GATE``),
+each checked and timed beside the others.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import statistics
@@ -21,7 +26,7 @@ import statistics
 import torch
 import triton
 
-from core_triton.attention.flash_fwd_gluon import flash_fwd_gluon_kernel
+from core_triton.attention import flash_fwd_gluon
 
 CHECKS = (
     # (B, Tq, Tk, HQ, H, D, causal)
@@ -40,27 +45,43 @@ CHECKS = (
 SHAPES = (
     (4, 8192, 8192, 16, 16, 128, False),
     (4, 8192, 8192, 16, 16, 128, True),
+    (8, 4096, 4096, 16, 16, 128, False),
+    (8, 4096, 4096, 16, 16, 128, True),
     (16, 2048, 2048, 16, 16, 128, False),
     (16, 2048, 2048, 16, 16, 128, True),
+    (32, 1024, 1024, 16, 16, 128, False),
+    (32, 1024, 1024, 16, 16, 128, True),
     (4, 8192, 8192, 16, 16, 64, False),
     (4, 8192, 8192, 16, 16, 64, True),
 )
-VARIANTS = ((2, 168), (3, 168))  # (STAGES, maxnreg); 176 leaves too few registers for 384 threads
+STAGES, MAXNREG = 3, 168  # 176 leaves too few registers for 384 threads
+MODULES = os.environ.get("GLUON_FLASH_MODULES", "core").split(",")
+
+
+def _kernel(name):
+    module = flash_fwd_gluon if name == "core" else importlib.import_module(name)
+    return module.flash_fwd_gluon_kernel
+
+
+VARIANTS = tuple((name, _kernel(name)) for name in MODULES)
 
 
 def _scratch(size, align, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def gluon_forward(q, k, v, causal, stages=2, maxnreg=168):
+def gluon_forward(q, k, v, causal, kernel):
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     out = torch.full_like(q, float("nan"))
     lse = torch.full((B, HQ, Tq), float("nan"), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(Tq, 128), B * HQ)
-    flash_fwd_gluon_kernel[grid](
-        q, k, v, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=128, STAGES=stages, num_warps=4, maxnreg=maxnreg,
+    gate = ("QRANGE" in kernel.arg_names) * (q,)
+    gate_flag = {"GATE": 0} if gate else {}
+    kernel[grid](
+        q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, STAGES=STAGES, num_warps=4,
+        maxnreg=MAXNREG,
     )  # fmt: skip
     return out, lse
 
@@ -93,13 +114,13 @@ def check():
     for B, Tq, Tk, HQ, H, D, causal in CHECKS:
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         ref_out, ref_lse = reference(q, k, v, causal)
-        for stages, cap in VARIANTS:
+        for name, kernel in VARIANTS:
             try:
-                out, lse = gluon_forward(q, k, v, causal, stages, cap)
+                out, lse = gluon_forward(q, k, v, causal, kernel)
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
                 row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
-                print(f"| {row} | {stages}s | {type(exc).__name__}: {exc} | | |")
+                print(f"| {row} | {name} | {type(exc).__name__}: {exc} | | |")
                 failed += 1
                 continue
             nan = bool(out.isnan().any() or lse.isnan().any())
@@ -109,15 +130,17 @@ def check():
             failed += bad
             flag = " **FAIL**" if bad else ""
             row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
-            print(f"| {row} | {stages}s cap {cap} | {err:.2e}{flag} | {lerr:.2e} | {nan} |")
+            print(f"| {row} | {name} | {err:.2e}{flag} | {lerr:.2e} | {nan} |")
     # Batch 1 holds infinities and NaN: batch 0 must not see them.
     q, k, v = inputs(2, 1000, 1000, 2, 2, 128)
     k[1], v[1] = float("inf"), float("nan")
-    out, lse = gluon_forward(q, k, v, False)
     ref_out, _ = reference(q[:1], k[:1], v[:1], False)
-    clean = bool(torch.isfinite(out[0]).all()) and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
-    print(f"batch 0 untouched by batch 1's inf/NaN: {clean}")
-    return failed + (not clean)
+    for name, kernel in VARIANTS:
+        out, lse = gluon_forward(q, k, v, False, kernel)
+        clean = bool(torch.isfinite(out[0]).all()) and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
+        print(f"{name}: batch 0 untouched by batch 1's inf/NaN: {clean}")
+        failed += not clean
+    return failed
 
 
 def _time(fn, reps=20):
@@ -129,13 +152,14 @@ def timing():
 
     from torch_api import flash_attention
 
-    print("| shape | Gluon 2s | Gluon 3s | ours (plan) | SDPA cuDNN | Gluon / cuDNN | plan / cuDNN |")
-    print("|---|---|---|---|---|---|---|---|")
+    names = " | ".join(name for name, _ in VARIANTS)
+    print(f"| shape | {names} | ours (plan) | SDPA cuDNN | best Gluon / cuDNN | plan / cuDNN |")
+    print("|---|" + "---|" * (len(VARIANTS) + 4))
     for B, Tq, Tk, HQ, H, D, causal in SHAPES:
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         qkv = (q, k, v)
         qkv_t = tuple(x.transpose(1, 2) for x in qkv)
-        fns = [lambda s=s, c=c, a=qkv, m=causal: gluon_forward(*a, m, s, c) for s, c in VARIANTS]
+        fns = [lambda k=kern, a=qkv, m=causal: gluon_forward(*a, m, k) for _, kern in VARIANTS]
         fns.append(lambda a=qkv, m=causal: flash_attention(*a, causal=m))
 
         def cudnn(a=qkv_t, m=causal):

@@ -41,7 +41,6 @@ try:  # Gluon is experimental; a Triton without it (or with another API) never p
         mbarrier,
         tma,
         warpgroup_mma,
-        warpgroup_mma_init,
         warpgroup_mma_wait,
     )
 
@@ -87,6 +86,49 @@ if AVAILABLE:
         return p, alpha, m_new, l_i
 
     @gluon.jit
+    def _masked(s, j, offs_m, Tk, CAUSAL: gl.constexpr, BN: gl.constexpr):
+        """Scores ``s`` of key block ``j`` with the keys a row does not see
+        (past its own position when causal, past ``Tk``) at -inf."""
+        offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s.type.layout))
+        if CAUSAL:
+            visible = gl.minimum(offs_m + 1, Tk)
+            s = gl.where(offs_n[None, :] < visible[:, None], s, float("-inf"))
+        else:
+            s = gl.where((offs_n < Tk)[None, :], s, float("-inf"))
+        return s
+
+    @gluon.jit
+    def _step(j, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
+              CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr):  # fmt: skip
+        """Key block ``j`` of one consumer group, after FlashAttention-3's
+        intra-warpgroup overlap: ``S_j = Q K_j^T`` and ``P_{j-1} V_{j-1}``
+        issued back to back, the softmax of ``S_j`` while the second runs,
+        then the rescale.  On entry ``acc`` holds blocks ``< j - 1`` and
+        ``p_op`` is ``P_{j-1}``; both products retire before it returns, so
+        no accumulator is in flight across the loop's back edge (where
+        LLVM's copies of a loop-carried accumulator made ptxas serialise
+        every wgmma of the kernel: warning C7514)."""
+        k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
+        # Products retire in order: this retires S_j, P_{j-1} V_{j-1} runs on.
+        s = warpgroup_mma_wait(1, deps=(s,))
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        if MASK:
+            s = _masked(s, j, offs_m, Tk, CAUSAL, BN)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
+        return acc, p_op, m_i, l_i
+
+    @gluon.jit
     def _consumer(
         HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr
     ):
@@ -112,59 +154,38 @@ if AVAILABLE:
         r0 = m0 + HALF * ROWS
 
         s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
-        acc = warpgroup_mma_init(gl.zeros([ROWS, D], gl.float32, o_layout))
-        p_op = gl.zeros([ROWS, BN], dtype, p_layout)
-        m_i = gl.full([ROWS], float("-inf"), gl.float32, rows_s)
-        l_i = gl.zeros([ROWS], gl.float32, rows_s)
+        ring = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
+        offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
 
+        # Block 0: its scores and probabilities (masked when it is the last).
         mbarrier.wait(q_bar, 0)
         mbarrier.wait(k_ready.index(0), 0)
         s = warpgroup_mma(q_rows, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(0), count=1)
-
-        # Blocks 0 .. n_blocks - 2, unmasked (see the module docstring).  On
-        # entry: S_j in registers, P_{j-1} V_{j-1} in flight.  The next
-        # block's product S_{j+1} is issued first and P_j V_j last, so the
-        # tensor cores hold one of them while the softmax runs.
-        for j in range(n_blocks - 1):
-            slot = j % STAGES
-            nxt = (j + 1) % STAGES
-            mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
-            s_next = warpgroup_mma(
-                q_rows, k_bufs.index(nxt).permute((1, 0)), s_zero, use_acc=False, is_async=True
-            )
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
-            # Products retire in order: this retires P_{j-1} V_{j-1}.
-            acc, p_op = warpgroup_mma_wait(1, deps=(acc, p_op))
-            prev = (j + STAGES - 1) % STAGES
-            mbarrier.arrive(v_empty.index(prev), count=1, pred=j > 0)
-            acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            mbarrier.wait(v_ready.index(slot), (j // STAGES) & 1)
-            acc = warpgroup_mma(p_op, v_bufs.index(slot), acc, is_async=True)
-            # ... and this S_{j+1}, leaving P_j V_j in flight.
-            s = warpgroup_mma_wait(1, deps=(s_next,))
-            mbarrier.arrive(k_empty.index(nxt), count=1)
-
-        # The last block: the causal diagonal and the keys past Tk.
-        last = n_blocks - 1
-        slot = last % STAGES
-        offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
-        offs_n = last * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-        if CAUSAL:
-            visible = gl.minimum(offs_m + 1, Tk)
-            s = gl.where(offs_n[None, :] < visible[:, None], s, float("-inf"))
-        else:
-            s = gl.where((offs_n < Tk)[None, :], s, float("-inf"))
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
-        acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
+        if n_blocks == 1:
+            s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
+        m_i = gl.max(s, 1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+        l_i = gl.sum(p, 1)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_bufs.index(slot), acc, is_async=True)
+        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+
+        # Blocks 1 .. n_blocks - 2 unmasked, then the last one masked (see the
+        # module docstring).  Nothing is in flight from one block to the next.
+        for j in range(1, n_blocks - 1):
+            acc, p_op, m_i, l_i = _step(j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
+                                        offs_m, Tk, CAUSAL, BN, rows_o)  # fmt: skip
+        if n_blocks > 1:
+            acc, p_op, m_i, l_i = _step(n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op, m_i, l_i,
+                                        qk_scale, offs_m, Tk, CAUSAL, BN, rows_o)  # fmt: skip
+
+        # The last block's P V.
+        last = (n_blocks - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_bufs.index(last), acc, is_async=True)
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(last), count=1)
 
         out = acc / gl.convert_layout(l_i, rows_o)[:, None]
         # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
@@ -183,6 +204,7 @@ if AVAILABLE:
         Q,
         K,
         V,
+        QRANGE,
         scale,
         B,
         Tq,
@@ -193,6 +215,7 @@ if AVAILABLE:
         H: gl.constexpr,
         D: gl.constexpr,
         CAUSAL: gl.constexpr,
+        GATE: gl.constexpr,
         BM: gl.constexpr,
         BN: gl.constexpr,
         STAGES: gl.constexpr,
@@ -201,16 +224,62 @@ if AVAILABLE:
         query head); head ``hq`` reads key head ``hq // (HQ // H)``.  Causal
         query blocks run last block first (they see the most keys).
         Launched with ``num_warps`` 4 (the first consumer group; the second
-        and the producer warp are the partitions' own) and ``maxnreg`` 168."""
+        and the producer warp are the partitions' own) and ``maxnreg`` 168.
+        ``GATE`` 1: the first launch of a gated pair (flash.gated_pair),
+        which runs only the blocks holding a row whose segment holds every
+        key (``QRANGE [B, 2, Tq]``, segment_ranges' format; any pointer for
+        ``GATE`` 0); the others return at once."""
         gl.static_assert(BM == BN, "the mask is applied to the last key block only")
         pid_m = gl.program_id(0)
         if CAUSAL:
             pid_m = gl.num_programs(0) - 1 - pid_m
         pid_bh = gl.program_id(1)
         b = (pid_bh // HQ).to(gl.int64)
+        m0 = pid_m * BM
+        if GATE == 1:
+            if _gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
+                _forward_block(
+                    Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES
+                )
+        else:
+            _forward_block(Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES)
+
+    @gluon.jit
+    def _gated_block(RANGE, m0, Tq, Tk, BM: gl.constexpr):
+        """Whether query rows ``m0 .. m0 + BM`` hold a row whose range in
+        ``RANGE [2 Tq]`` is exact and holds every key ``[0, Tk)``
+        (flash_common.gated_rows, kind 1)."""
+        offs = m0 + gl.arange(0, BM, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        valid = offs < Tq
+        lo = gl.load(RANGE + offs, mask=valid, other=-1)
+        hi = gl.load(RANGE + Tq + offs, mask=valid, other=0)
+        return gl.max(((lo == 0) & (hi >= Tk)).to(gl.int32), 0) > 0
+
+    @gluon.jit
+    def _forward_block(
+        Q,
+        K,
+        V,
+        scale,
+        Tq,
+        Tk,
+        OUT,
+        LSE,
+        b,
+        pid_bh,
+        m0,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Query rows ``m0 .. m0 + BM`` of batch ``b`` and row ``pid_bh`` of
+        the grid (flash_fwd_gluon_kernel)."""
         hq = pid_bh % HQ
         h = hq // (HQ // H)
-        m0 = pid_m * BM
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros

@@ -52,16 +52,14 @@ WS_MIN_LEN = 2048
 # flash.set_gluon_forward).  Never under the interpreter: Gluon has none.
 # The config per head dim: (BM, BN, num_warps, STAGES, maxnreg); the launch
 # runs 12 warps (two consumer groups and the producer's), 168 registers a
-# thread leaves the consumers 240.  Measured on the H200 (B4 H16 T8k, forward
-# TF/s against flash_fwd_ws_kernel's; bench.probes.gluon_flash): 3 stages
-# 536 / 504 full / causal, 2 stages 519 / 467, against 495 / 459; at T2k
-# slower than flash_fwd_ws_kernel (455 against 460 full, 366 against 381
-# causal): the programs are short there and each builds its descriptors
-# and stores its output before the next starts.  Head dim 64 ran slower
-# than flash_fwd_kernel (384 against 417 at T8k full).
+# thread leaves the consumers 240.  Measured on the H200 (forward alone,
+# TF/s; bench.probes.gluon_flash, 38th session): B4 H16 T8k 599 / 555 full /
+# causal (cuDNN 608 / 552), flash_fwd_ws_kernel 531 / 500 before; B16 H16
+# T2k 500 / 381 against flash_fwd_ws_kernel's 451 / 369.  Head dim 64 ran
+# no faster than flash_fwd_kernel (409 / 367 against 409 / 380 at T8k).
 GLUON_FORWARD = os.environ.get("TWINKERNELS_FLASH_GLUON", "auto")
 GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
-GLUON_MIN_LEN = 4096
+GLUON_MIN_LEN = 2048
 
 
 def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
@@ -78,19 +76,22 @@ def _gluon_wanted(Tq: int, Tk: int) -> bool:
     return _switched_on(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
 
 
-def _gluon_forward(q, k, v, opts) -> LaunchPlan:
+def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
     """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
-    scale, sizes; outputs ``out, lse``)."""
+    the queries' ranges or a placeholder, scale, sizes; outputs ``out,
+    lse``); ``gate_range`` as ws_forward's."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     bm, bn, w, stages, cap = GLUON_CONFIGS[D]
     return LaunchPlan(
         kernel=flash_fwd_gluon.flash_fwd_gluon_kernel,
         grid=(cdiv(Tq, bm), B * HQ),
-        params=(In("q"), In("k"), In("v"), opts.scale, B, Tq, Tk),
+        params=(In("q"), In("k"), In("v"), In(gate_range or "q"), opts.scale, B, Tq, Tk),
         outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
         output_names=("out", "lse"),
-        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, BM=bm, BN=bn, STAGES=stages),
+        constexprs=dict(
+            HQ=HQ, H=H, D=D, CAUSAL=opts.causal, GATE=1 if gate_range else 0, BM=bm, BN=bn, STAGES=stages
+        ),
         num_warps=w,
         maxnreg=cap,
     )
@@ -122,7 +123,7 @@ def ws_forward(
     q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
 ) -> LaunchPlan | None:
     """The forward through flash_fwd_gluon_kernel where it applies (see
-    _gluon_forward; no sinks, not a gated pair's launch), else through
+    _gluon_forward; no sinks), else through
     flash_fwd_ws_kernel (parameters ``q, k, v``, the
     sinks and the queries' ranges or placeholders, scale, sizes, sink count
     and stride; outputs ``out, lse``), or None where it does not apply (see
@@ -133,13 +134,12 @@ def ws_forward(
     Tq, Tk = q.shape[1], k.shape[1]
     gluon = (
         sink is None
-        and gate_range is None
         and q.shape[3] in GLUON_CONFIGS
         and _gluon_wanted(Tq, Tk)
         and _applies(q, k, v, opts, plain, out_dtype)
     )
     if gluon:
-        return _gluon_forward(q, k, v, opts)
+        return _gluon_forward(q, k, v, opts, gate_range)
     if not (_switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk) and _applies(q, k, v, opts, plain, out_dtype)):
         return None
     B, Tq, HQ, D = q.shape

@@ -842,9 +842,9 @@ class FlashAttentionSuite(KernelLevelCases):
 
     def test_gluon_forward_where_it_applies(self):
         """On an sm_90 GPU the plan takes the Gluon forward by itself for
-        plain and causal half-precision attention at head dim 128 from 4096
-        queries and keys, and Triton's warp-specialised one with sinks or
-        below 4096; the main kernel at head dim 64 (plans only)."""
+        plain and causal half-precision attention at head dim 128 from 2048
+        queries and keys, and Triton's warp-specialised one with sinks; the
+        main kernel below 2048 and at head dim 64 (plans only)."""
         from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
         from core_triton.common.launch import TensorInfo
 
@@ -855,7 +855,8 @@ class FlashAttentionSuite(KernelLevelCases):
             (4096, 128, {"causal": True}, False, gluon),
             (8192, 128, {}, False, gluon),
             (4096, 128, {}, True, ws),
-            (2048, 128, {"causal": True}, False, ws),
+            (2048, 128, {"causal": True}, False, gluon),
+            (1024, 128, {"causal": True}, False, None),
             (8192, 64, {}, False, None),
         ):
             q = TensorInfo((2, T, 4, D), "bfloat16", (T * 4 * D, 4 * D, D, 1))

@@ -21,7 +21,13 @@ from core_triton.attention import segment_ranges
 from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import contiguous_strides
-from tests.suites.flash_attention import FlashAttentionSuite, make_case, spy_launches, ws_forward_on
+from tests.suites.flash_attention import (
+    FlashAttentionSuite,
+    gluon_forward_runs,
+    make_case,
+    spy_launches,
+    ws_forward_on,
+)
 from tests.suites.kernel_level import KernelLevelCases
 
 
@@ -267,6 +273,32 @@ class FlashSegmentsSuite(KernelLevelCases):
             self._check(c, options, dtype="bfloat16")
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_tma_plans.flash_fwd_ws_kernel and first.constexprs["GATE"] == 1, first
+
+    @pytest.mark.parametrize(
+        "name", ["one_segment_causal", "batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"]
+    )
+    def test_segments_gluon_forward(self, name, monkeypatch):
+        """The Gluon forward as a gated pair's first launch (the plan's pick
+        on sm_90 at head dim 128 from 4096 tokens; forced on here at every
+        length): its blocks without a row that sees every key return at
+        once, the ranged kernel writes those rows; one segment, a batch row
+        of one segment beside one of documents, whole rows beside rows that
+        see nothing.  bf16, head dim 128, forward and every gradient
+        against float64."""
+        from core_triton.attention import flash_fwd_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        c, options = case_inputs(name)
+        B, Tq, HQ, _ = c["query"].shape
+        _, Tk, H, _ = c["key"].shape
+        c = {**c, **make_case(np.random.default_rng(30), B=B, Tq=Tq, Tk=Tk, HQ=HQ, H=H, D=128)}
+        with ws_forward_on(self.fw, gluon="on"):
+            seen = spy_launches(self.fw, monkeypatch)
+            self._check(c, options, dtype="bfloat16")
+        first = next(p for p in seen if p.output_names == ("out", "lse"))
+        assert first.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and first.constexprs["GATE"] == 1, first
 
     @pytest.mark.parametrize("name", ["batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"])
     def test_gated_pair_with_own_tiles(self, name, monkeypatch):
