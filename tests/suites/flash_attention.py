@@ -72,6 +72,22 @@ def ws_forward_on(fw, configs: dict | None = None, gluon: str = "off"):
         fw.clear_caches()
 
 
+@contextlib.contextmanager
+def gluon_forward_set(fw, mode: str):
+    """The Gluon forward's switch at ``mode``, then as it was; the binding's
+    traced calls are dropped both ways, so each call plans again."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    before = flash_tma_plans.GLUON_FORWARD
+    flash.set_gluon_forward(mode)
+    fw.clear_caches()
+    try:
+        yield
+    finally:
+        flash.set_gluon_forward(before)
+        fw.clear_caches()
+
+
 def gluon_forward_runs() -> bool:
     """The Gluon forward can run here: an sm_90 GPU, not the interpreter,
     a Triton with Gluon."""
@@ -704,12 +720,14 @@ class FlashAttentionSuite(KernelLevelCases):
         assert seen[0].kernel is flash_tma_plans.flash_fwd_ws_kernel, seen[0].kernel
 
     def test_ws_forward_where_it_applies(self, monkeypatch):
-        """On an sm_90 GPU the plan takes the warp-specialised forward by
-        itself for plain and causal half-precision attention at head dim
-        128 from 2048 queries and keys on (run, and checked against
-        float64), and keeps the main kernel for shorter sequences, at other
-        head dims, for float32 and with a window (plans only, at a length
-        where only that difference decides)."""
+        """On an sm_90 GPU, with the Gluon forward off (it takes these calls
+        first: test_gluon_forward_where_it_applies), the plan takes the
+        warp-specialised forward by itself for plain and causal
+        half-precision attention at head dim 128 from 2048 queries and keys
+        on (run, and checked against float64), and keeps the main kernel
+        for shorter sequences, at other head dims, for float32 and with a
+        window (plans only, at a length where only that difference
+        decides)."""
         from core_triton.attention import flash, flash_tma_plans
         from core_triton.common.launch import TensorInfo
         from core_triton.common.runtime import cuda_capability
@@ -719,24 +737,25 @@ class FlashAttentionSuite(KernelLevelCases):
         self._kernel_level(True)
         fw = self.fw
         ws = flash_tma_plans.flash_fwd_ws_kernel
-        for shape, options, dtype in (
-            ({"D": 128, "Tq": 2048, "Tk": 2048}, {"causal": True}, "bfloat16"),
-            ({"D": 128, "Tq": 2100, "Tk": 3000, "HQ": 2}, {}, "float16"),
-        ):
-            seen = spy_launches(fw, monkeypatch)
-            self._check(make_case(np.random.default_rng(24), **shape), options, dtype=dtype)
-            assert seen[0].kernel is ws, (shape, options, dtype)
-        for T, D, dtype, options, takes in (
-            (2048, 128, "bfloat16", {}, True),
-            (1000, 128, "bfloat16", {"causal": True}, False),
-            (2048, 96, "bfloat16", {"causal": True}, False),
-            (2048, 128, "float32", {}, False),
-            (2048, 128, "bfloat16", {"sliding_window": 64}, False),
-        ):
-            q = TensorInfo((1, T, 4, D), dtype, (T * 4 * D, 4 * D, D, 1))
-            kv = TensorInfo((1, T, 2, D), dtype, (T * 2 * D, 2 * D, D, 1))
-            planned = flash.plans(q, kv, kv, **options)[0].forward[0].kernel
-            assert (planned is ws) == takes, (T, D, dtype, options)
+        with gluon_forward_set(fw, "off"):
+            for shape, options, dtype in (
+                ({"D": 128, "Tq": 2048, "Tk": 2048}, {"causal": True}, "bfloat16"),
+                ({"D": 128, "Tq": 2100, "Tk": 3000, "HQ": 2}, {}, "float16"),
+            ):
+                seen = spy_launches(fw, monkeypatch)
+                self._check(make_case(np.random.default_rng(24), **shape), options, dtype=dtype)
+                assert seen[0].kernel is ws, (shape, options, dtype)
+            for T, D, dtype, options, takes in (
+                (2048, 128, "bfloat16", {}, True),
+                (1000, 128, "bfloat16", {"causal": True}, False),
+                (2048, 96, "bfloat16", {"causal": True}, False),
+                (2048, 128, "float32", {}, False),
+                (2048, 128, "bfloat16", {"sliding_window": 64}, False),
+            ):
+                q = TensorInfo((1, T, 4, D), dtype, (T * 4 * D, 4 * D, D, 1))
+                kv = TensorInfo((1, T, 2, D), dtype, (T * 2 * D, 2 * D, D, 1))
+                planned = flash.plans(q, kv, kv, **options)[0].forward[0].kernel
+                assert (planned is ws) == takes, (T, D, dtype, options)
 
     def _ws_run(self, monkeypatch, arrays, **options):
         """flash_attention with the warp-specialised forward forced on;
@@ -864,6 +883,41 @@ class FlashAttentionSuite(KernelLevelCases):
             aux = TensorInfo((4,), "float32", (1,)) if sink else None
             planned = flash.plans(q, kv, kv, softmax_aux=aux, **options)[0].forward[0].kernel
             assert planned is want if want is not None else planned not in (gluon, ws), (T, D, options, sink)
+
+    @pytest.mark.parametrize("gated", [False, True])
+    def test_gluon_forward_wgmma_pipelined(self, gated, tmp_path):
+        """ptxas keeps the Gluon forward's wgmma asynchronous: no warning
+        C7514, which it gives where a non-wgmma instruction may read an
+        in-flight accumulator and then serialises every wgmma of the kernel
+        (an accumulator left in flight across the loop's back edge did
+        that: the forward ran 12% slower).  The plan's kernel at B4 H16 T8k
+        D128 causal, plain and as a gated pair's first launch, compiled for
+        sm_90a as the GPU runs it."""
+        import subprocess
+
+        from triton import knobs
+
+        from core_triton.attention import flash, flash_fwd_gluon
+        from core_triton.common import compiled
+        from core_triton.common.launch import TensorInfo
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        T, HQ, D = 8192, 16, 128
+        q = TensorInfo((4, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
+        ids = TensorInfo((4, T), "int32", (T, 1)) if gated else None
+        rng = TensorInfo((4, 2, T), "int32", (2 * T, T, 1))  # segment_ranges' [B, 2, T]
+        ranges = {"q_key_range": rng, "kv_query_range": rng} if gated else {}
+        plan = flash.plans(q, q, q, q_segment_ids=ids, causal=True, **ranges)[0].forward[0]
+        assert plan.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and plan.constexprs["GATE"] == gated
+        dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
+        ptx = tmp_path / "gluon.ptx"
+        ptx.write_text(compiled.compile_plan(plan, dtypes, 90).ptx)
+        cmd = [knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "gluon.cubin")]
+        run = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        assert "Used 168 registers" in run.stderr, run.stderr
+        assert "C7514" not in run.stderr and "serialized" not in run.stderr, run.stderr
 
     @pytest.mark.parametrize("causal", [False, True])
     def test_gluon_forward_batches_isolated(self, causal, monkeypatch):
