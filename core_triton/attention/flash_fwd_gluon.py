@@ -8,9 +8,15 @@ mbarriers; two consumer warp groups, 64 query rows each, run their
 products as asynchronous ``wgmma`` and their online softmax, each at its
 own pace (so one group's softmax runs beside the other's products), and
 each releases a K or V slot once its product with it retired (a slot is
-free when both did).  Within a group, the next key block's ``Q K^T`` is
-issued before this block's softmax and ``P V`` after it, retired one
-block later: the tensor cores hold one product while the softmax runs.
+free when both did).  Within a group, key block ``j``'s ``Q K_j^T`` and the
+previous block's ``P_{j-1} V_{j-1}`` are issued together and the softmax of
+``S_j`` runs while the second is on the tensor cores (FlashAttention-3's
+intra-warpgroup overlap); both retire within the block, so no accumulator
+is in flight across the loop's back edge.  One was, in an earlier
+schedule (``P V`` retired a block later): LLVM copied the loop-carried
+accumulator there, and ptxas, seeing registers of an in-flight ``wgmma``
+read, serialised every ``wgmma`` of the kernel (its warning C7514; 12%
+slower).  test_gluon_forward_wgmma_pipelined pins that.
 Registers move from the producer to the consumers (``setmaxnreg``): the
 launch caps the kernel at 168 registers a thread (12 warps), the producer
 keeps 24, the consumers get 240.
@@ -25,7 +31,9 @@ takes another kernel for anything else): contiguous ``q [B, Tq, HQ, D]``,
 ``k, v [B, Tk, H, D]`` in bfloat16 or float16, ``D`` 64 or 128 (rows of
 128 bytes or more for the 128-byte swizzle; the plan takes 128), grouped
 query heads, causal (top-left aligned when ``Tq != Tk``) or not,
-``Tq, Tk >= 1``; no sinks, windows, segments or bias.  The descriptors
+``Tq, Tk >= 1``; no sinks, windows or bias.  Segment ids only as a
+gated pair's first launch (``GATE``, flash.gated_pair): blocks without a
+row whose segment holds every key return at once.  The descriptors
 are built on the device, one per batch on the batch's own base, so rows
 past ``T`` read as zeros and the output's TMA store drops them: no block
 reads or writes another batch's rows.  They live in
