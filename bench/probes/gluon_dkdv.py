@@ -1,4 +1,4 @@
-"""The Gluon dK/dV draft (core_triton.attention.flash_bwd_gluon) beside the
+"""The Gluon dK/dV draft (bench.probes.gluon_dkdv_kernel) beside the
 plan's dK/dV launch, on an sm_90 GPU (issue 31).  Not part of ``nox -s
 bench``.
 
@@ -23,7 +23,7 @@ import torch
 import triton
 
 from bench.probes.dkdv_runs import backward_case
-from core_triton.attention.flash_bwd_gluon import flash_bwd_dkdv_gluon_kernel
+from bench.probes.gluon_dkdv_kernel import flash_bwd_dkdv_gluon_kernel
 from core_triton.common.launch import run_steps
 from torch_api._launch import launch
 

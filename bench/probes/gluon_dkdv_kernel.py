@@ -1,4 +1,6 @@
-"""Flash-attention dK/dV for Hopper (sm_90) written in Gluon (draft, off).
+"""A draft flash-attention dK/dV for Hopper (sm_90) written in Gluon, kept
+beside its probe (bench.probes.gluon_dkdv) until it has run on a GPU; no
+plan takes it.
 
 The forward's split (flash_fwd_gluon) for the backward's key side, after
 FlashAttention-3's backward: a program owns ``BN`` keys of one (batch, key
@@ -25,7 +27,8 @@ Inputs as flash_bwd_dkdv_kernel's for plain or causal attention: ``q, do
 ``lse`` as ``+inf`` (so ``P`` is 0 there); keys past ``Tk`` give rows that
 are never stored.  Descriptors per batch, on the device, as the forward's.
 
-Not planned: it has not run on a GPU yet (compiled for sm_90 offline only).
+Compiled for sm_90 offline only so far (168 registers; no spills at ``BM``
+32, 124 bytes at 64; ptxas keeps its wgmma asynchronous).
 """
 
 try:  # Gluon is experimental; a Triton without it never plans this kernel.
