@@ -1,0 +1,237 @@
+"""A draft flash-attention dK/dV for Hopper (sm_90) written in Gluon, kept
+beside its probe (bench.probes.gluon_dkdv) until it has run on a GPU; no
+plan takes it.
+
+The forward's split (flash_fwd_gluon) for the backward's key side, after
+FlashAttention-3's backward: a program owns ``BN`` keys of one (batch, key
+head); one producer warp loads their K and V once and then, for each query
+head of the group and each query block of ``BM`` rows that can see them,
+that block's Q and dO into a ring of ``STAGES`` slots; two consumer warp
+groups own ``BN / 2`` keys each and walk the same ring:
+
+    S^T  = K Q^T,   dP^T = V dO^T              (issued together)
+    P^T  = exp2(S^T * scale * log2 e - lse * log2 e)   (while dP^T runs)
+    dV  += P^T dO,  dK  += dS^T Q              (issued together)
+    dS^T = P^T * (dP^T - delta)                (while dV's product runs)
+
+with both products of a block retired before the next block starts (no
+accumulator in flight across the loop's back edge: flash_fwd_gluon's
+docstring says why).  ``dK`` is scaled by ``scale`` once at the end.  dQ
+stays flash_bwd_dq_kernel's (it also makes ``delta``).
+
+Inputs as flash_bwd_dkdv_kernel's for plain or causal attention: ``q, do
+[B, Tq, HQ, D]``, ``k, v [B, Tk, H, D]`` contiguous bfloat16/float16,
+``lse, delta [B, HQ, Tq]`` float32 (``lse`` natural log); outputs ``dk, dv
+[B, Tk, H, D]`` in the inputs' dtype.  Causal is top-left aligned (query
+``i`` sees keys ``<= i``).  Rows past ``Tq`` read as zeros and their
+``lse`` as ``+inf`` (so ``P`` is 0 there); keys past ``Tk`` give rows that
+are never stored.  Descriptors per batch, on the device, as the forward's.
+
+Compiled for sm_90 offline only so far (168 registers; no spills at ``BM``
+32, 124 bytes at 64; ptxas keeps its wgmma asynchronous).
+"""
+
+try:  # Gluon is experimental; a Triton without it never plans this kernel.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    AVAILABLE = False
+
+from core_triton.attention.flash_common import LOG2E
+
+if AVAILABLE:
+
+    @gluon.jit
+    def _walk(Tq, n0, CAUSAL: gl.constexpr, BM: gl.constexpr):
+        """The query blocks a key block starting at ``n0`` meets: ``[first,
+        end)`` (causal: from the block holding query ``n0`` on)."""
+        first = n0 // BM if CAUSAL else 0
+        return first, gl.cdiv(Tq, BM)
+
+    @gluon.jit
+    def _producer(descs, k_smem, v_smem, q_bufs, do_bufs, bars, n0, h, Tq, HQ: gl.constexpr,
+                  H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr):  # fmt: skip
+        """One warp: K and V once, then Q and dO of every (query head,
+        query block) pair in walk order, each slot reused once both
+        consumer groups released it."""
+        q_desc, do_desc, k_desc, v_desc = descs
+        kv_bar, q_ready, q_empty, do_ready, do_empty = bars
+        STAGES: gl.constexpr = q_bufs.type.shape[0]
+        GROUP: gl.constexpr = HQ // H
+        mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [n0, h * D], kv_bar, k_smem)
+        tma.async_copy_global_to_shared(v_desc, [n0, h * D], kv_bar, v_smem)
+        first, end = _walk(Tq, n0, CAUSAL, BM)
+        i = 0
+        for g in range(GROUP):
+            col = (h * GROUP + g) * D
+            for jb in range(first, end):
+                slot = i % STAGES
+                # A fresh mbarrier counts as having completed the phase
+                # before phase 0: the first pass over the ring does not wait.
+                phase = ((i // STAGES) & 1) ^ 1
+                mbarrier.wait(q_empty.index(slot), phase)
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    q_desc, [jb * BM, col], q_ready.index(slot), q_bufs.index(slot)
+                )
+                mbarrier.wait(do_empty.index(slot), phase)
+                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(
+                    do_desc, [jb * BM, col], do_ready.index(slot), do_bufs.index(slot)
+                )
+                i += 1
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group: keys ``n0 + HALF * BN / 2`` on, their dK and dV
+        summed over the walk, then stored."""
+        k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, DK, DV, scale, b, h, n0, Tq, Tk = shared
+        kv_bar, q_ready, q_empty, do_ready, do_empty = bars
+        STAGES: gl.constexpr = q_bufs.type.shape[0]
+        GROUP: gl.constexpr = HQ // H
+        ROWS: gl.constexpr = BN // 2
+        dtype: gl.constexpr = q_bufs.dtype
+        st_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
+        )
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
+        )
+        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        cols: gl.constexpr = gl.SliceLayout(0, st_layout)
+        k_rows = k_smem.slice(HALF * ROWS, ROWS)
+        v_rows = v_smem.slice(HALF * ROWS, ROWS)
+        r0 = n0 + HALF * ROWS
+        offs_n = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, st_layout))
+
+        st_zero = gl.zeros([ROWS, BM], gl.float32, st_layout)
+        dk = gl.zeros([ROWS, D], gl.float32, acc_layout)
+        dv = gl.zeros([ROWS, D], gl.float32, acc_layout)
+        qk_scale = scale * LOG2E
+        first, end = _walk(Tq, n0, CAUSAL, BM)
+        mbarrier.wait(kv_bar, 0)
+        i = 0
+        for g in range(GROUP):
+            row = (b * HQ + h * GROUP + g) * Tq
+            for jb in range(first, end):
+                slot = i % STAGES
+                phase = (i // STAGES) & 1
+                q_tile = q_bufs.index(slot)
+                do_tile = do_bufs.index(slot)
+                mbarrier.wait(q_ready.index(slot), phase)
+                st = warpgroup_mma(k_rows, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+                mbarrier.wait(do_ready.index(slot), phase)
+                dpt = warpgroup_mma(v_rows, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+                offs_m = jb * BM + gl.arange(0, BM, layout=cols)
+                valid = offs_m < Tq
+                # Rows past Tq: lse +inf, so their probabilities are 0.
+                lse2 = gl.load(LSE + row + offs_m, mask=valid, other=float("inf")) * LOG2E
+                st = warpgroup_mma_wait(1, deps=(st,))
+                pt = gl.exp2(st * qk_scale - lse2[None, :])
+                if CAUSAL:
+                    # Only the blocks on the diagonal hold a key past a query.
+                    if jb * BM < r0 + ROWS:
+                        pt = gl.where(offs_n[:, None] <= offs_m[None, :], pt, 0.0)
+                p_op = gl.convert_layout(pt.to(dtype), op_layout)
+                delta = gl.load(DELTA + row + offs_m, mask=valid, other=0.0)
+                dpt = warpgroup_mma_wait(0, deps=(dpt,))
+                dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
+                ds_op = gl.convert_layout((pt * (dpt - delta[None, :])).to(dtype), op_layout)
+                dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
+                dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
+                mbarrier.arrive(q_empty.index(slot), count=1)
+                mbarrier.arrive(do_empty.index(slot), count=1)
+                i += 1
+
+        # Rows past Tk are never stored (their gradients are their own).
+        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
+        at = ((b * Tk + rows) * (H * D) + h * D)[:, None] + offs_d[None, :]
+        keep = (rows < Tk)[:, None]
+        gl.store(DK + at, (dk * scale).to(dtype), mask=keep)
+        gl.store(DV + at, dv.to(dtype), mask=keep)
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_bwd_dkdv_gluon_kernel(
+        Q,
+        K,
+        V,
+        DO,
+        LSE,
+        DELTA,
+        scale,
+        B,
+        Tq,
+        Tk,
+        DK,
+        DV,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Grid ``(cdiv(Tk, BN), B * H)``: ``BN`` keys of one (batch, key
+        head), the query heads ``h * HQ / H ..`` of its group walked in
+        turn.  Launched with ``num_warps`` 4 and ``maxnreg`` 168 (the
+        consumers get 240, the producer 24)."""
+        pid_n = gl.program_id(0)
+        pid_bh = gl.program_id(1)
+        b = (pid_bh // H).to(gl.int64)
+        h = pid_bh % H
+        n0 = pid_n * BN
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        # One descriptor per batch on its own base: rows past T are zeros.
+        q_desc = tma.make_tensor_descriptor(Q + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout)
+        do_desc = tma.make_tensor_descriptor(
+            DO + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout
+        )
+        k_desc = tma.make_tensor_descriptor(K + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+        v_desc = tma.make_tensor_descriptor(V + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+
+        k_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
+        v_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
+        q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
+        do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
+        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+        q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        mbarrier.init(kv_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=2)  # both consumer groups release a slot
+            mbarrier.init(do_ready.index(i), count=1)
+            mbarrier.init(do_empty.index(i), count=2)
+        bars = (kv_bar, q_ready, q_empty, do_ready, do_empty)
+        descs = (q_desc, do_desc, k_desc, v_desc)
+        shared = (k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, DK, DV, scale, b, h, n0, Tq, Tk)
+        gl.warp_specialize(
+            [
+                (_consumer, (0, shared, HQ, H, D, CAUSAL, BM, BN)),
+                (_consumer, (1, shared, HQ, H, D, CAUSAL, BM, BN)),
+                (_producer, (descs, k_smem, v_smem, q_bufs, do_bufs, bars, n0, h, Tq, HQ, H, D, CAUSAL, BM)),
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    # The launcher must give this kernel global scratch (its descriptors live there).
+    flash_bwd_dkdv_gluon_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_bwd_dkdv_gluon_kernel = None
