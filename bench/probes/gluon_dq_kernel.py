@@ -1,0 +1,236 @@
+"""A draft flash-attention dQ for Hopper (sm_90) written in Gluon, kept
+beside its probe (bench.probes.gluon_dkdv) until it has run on a GPU; no
+plan takes it.
+
+The forward's split (core_triton.attention.flash_fwd_gluon) for the
+backward's query side: a program owns ``BM`` query rows of one (batch,
+query head); one producer warp loads their Q and dO once, then K and V of
+each key block they see into a ring of ``STAGES`` slots; two consumer warp
+groups own ``BM / 2`` rows each.  A group first makes its rows' ``delta =
+rowsum(dO * O)`` (stored: the dK/dV launch reads it), then walks the keys:
+
+    S  = Q K^T,   dP = dO V^T          (issued together)
+    P  = exp2(S * scale * log2 e - lse * log2 e)   (while dP runs)
+    dQ += (P * (dP - delta)) K          (retired within the block)
+
+and scales ``dQ`` by ``scale`` once at the end.  Nothing is in flight
+across the loop's back edge (flash_fwd_gluon's docstring says why).
+
+Inputs as flash_bwd_dq_kernel's for plain or causal attention without an
+``lse`` cotangent: ``q, o, do [B, Tq, HQ, D]``, ``k, v [B, Tk, H, D]``
+contiguous bfloat16/float16, ``lse [B, HQ, Tq]`` float32 natural log;
+outputs ``dq [B, Tq, HQ, D]`` in the inputs' dtype and ``delta [B, HQ,
+Tq]`` float32.  Causal is top-left aligned.  Only the key blocks that
+reach past a group's first row (causal) or past ``Tk`` are masked.
+
+Compiled for sm_90 offline only so far.
+"""
+
+try:  # Gluon is experimental; a Triton without it never plans this kernel.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    AVAILABLE = False
+
+from core_triton.attention.flash_common import LOG2E
+
+if AVAILABLE:
+
+    @gluon.jit
+    def _key_blocks(r_end, Tk, CAUSAL: gl.constexpr, BN: gl.constexpr):
+        """How many key blocks rows ``.. r_end - 1`` see (causal: keys up
+        to the last row's own position)."""
+        end = gl.minimum(Tk, r_end) if CAUSAL else Tk
+        return gl.cdiv(end, BN)
+
+    @gluon.jit
+    def _producer(descs, q_smem, do_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, Tk,
+                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp: Q and dO once, then K and V of each key block the
+        program's rows see into the ring."""
+        q_desc, do_desc, k_desc, v_desc = descs
+        qd_bar, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        mbarrier.expect(qd_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [m0, col_q], qd_bar, q_smem)
+        tma.async_copy_global_to_shared(do_desc, [m0, col_q], qd_bar, do_smem)
+        for j in range(_key_blocks(m0 + BM, Tk, CAUSAL, BN)):
+            slot = j % STAGES
+            # A fresh mbarrier counts as having completed the phase before
+            # phase 0: the first pass over the ring does not wait.
+            phase = ((j // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), phase)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [j * BN, col_k], k_ready.index(slot), k_bufs.index(slot))
+            mbarrier.wait(v_empty.index(slot), phase)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [j * BN, col_k], v_ready.index(slot), v_bufs.index(slot))
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group: rows ``m0 + HALF * BM / 2`` on; their delta, then
+        their dQ over the key blocks they see."""
+        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA, scale, b, hq, m0, Tq, Tk = shared
+        qd_bar, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+        )
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
+        )
+        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        q_rows = q_smem.slice(HALF * ROWS, ROWS)
+        do_rows = do_smem.slice(HALF * ROWS, ROWS)
+        r0 = m0 + HALF * ROWS
+        row_base = (b * HQ + hq) * Tq
+
+        # delta = rowsum(dO * O) from global memory (the output is read nowhere else).
+        io_rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
+        io_cols = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
+        at = ((b * Tq + io_rows) * (HQ * D) + hq * D)[:, None] + io_cols[None, :]
+        io_valid = (io_rows < Tq)[:, None]
+        mbarrier.wait(qd_bar, 0)
+        o = gl.load(OUT + at, mask=io_valid, other=0.0).to(gl.float32)
+        do = do_rows.load(io_layout).to(gl.float32)
+        delta_io = gl.sum(o * do, 1)
+        gl.store(DELTA + row_base + io_rows, delta_io, mask=io_rows < Tq)
+        delta = gl.convert_layout(delta_io, rows_s)
+
+        offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+        # Rows past Tq: lse +inf, so their probabilities are 0.
+        lse2 = gl.load(LSE + row_base + offs_m, mask=offs_m < Tq, other=float("inf")) * LOG2E
+        qk_scale = scale * LOG2E
+        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
+        dq = gl.zeros([ROWS, D], gl.float32, acc_layout)
+        n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+        # This group's rows see key blocks < mine; the program's ring walks
+        # the other group's too (causal: the upper group sees more).
+        mine = _key_blocks(r0 + ROWS, Tk, CAUSAL, BN)
+        # Each row sees the keys below `limit`; a block reaching past
+        # `bound` holds keys some row of the group must not see.
+        limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk
+        bound = gl.minimum(r0 + 1, Tk) if CAUSAL else Tk
+        for j in range(n_blocks):
+            slot = j % STAGES
+            phase = (j // STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            mbarrier.wait(v_ready.index(slot), phase)
+            if j < mine:
+                k_tile = k_bufs.index(slot)
+                s = warpgroup_mma(q_rows, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                dp = warpgroup_mma(
+                    do_rows, v_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
+                )
+                s = warpgroup_mma_wait(1, deps=(s,))
+                p = gl.exp2(s * qk_scale - lse2[:, None])
+                # Keys past a row's position (causal) or past Tk: only in
+                # the blocks that reach past the group's first row or Tk.
+                if (j + 1) * BN > bound:
+                    offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+                    p = gl.where(offs_n[None, :] < limit[:, None], p, 0.0)
+                dp = warpgroup_mma_wait(0, deps=(dp,))
+                ds_op = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), op_layout)
+                dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
+                dq, ds_op = warpgroup_mma_wait(0, deps=(dq, ds_op))
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            mbarrier.arrive(v_empty.index(slot), count=1)
+
+        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
+        out = ((b * Tq + rows) * (HQ * D) + hq * D)[:, None] + offs_d[None, :]
+        gl.store(DQ + out, (dq * scale).to(dtype), mask=(rows < Tq)[:, None])
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_bwd_dq_gluon_kernel(
+        Q,
+        K,
+        V,
+        OUT,
+        DO,
+        LSE,
+        scale,
+        B,
+        Tq,
+        Tk,
+        DQ,
+        DELTA,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
+        query head), which reads key head ``hq // (HQ // H)``; causal blocks
+        last first (they see the most keys).  Launched with ``num_warps`` 4
+        and ``maxnreg`` 168 (the consumers get 240, the producer 24)."""
+        pid_m = gl.program_id(0)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        pid_bh = gl.program_id(1)
+        b = (pid_bh // HQ).to(gl.int64)
+        hq = pid_bh % HQ
+        h = hq // (HQ // H)
+        m0 = pid_m * BM
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        # One descriptor per batch on its own base: rows past T are zeros.
+        q_desc = tma.make_tensor_descriptor(Q + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout)
+        do_desc = tma.make_tensor_descriptor(
+            DO + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout
+        )
+        k_desc = tma.make_tensor_descriptor(K + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+        v_desc = tma.make_tensor_descriptor(V + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+
+        q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        do_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+        qd_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        mbarrier.init(qd_bar, count=1)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)  # both consumer groups release a slot
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(v_empty.index(i), count=2)
+        bars = (qd_bar, k_ready, k_empty, v_ready, v_empty)
+        descs = (q_desc, do_desc, k_desc, v_desc)
+        shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA, scale, b, hq, m0, Tq, Tk)
+        gl.warp_specialize(
+            [
+                (_consumer, (0, shared, HQ, D, CAUSAL, BM, BN)),
+                (_consumer, (1, shared, HQ, D, CAUSAL, BM, BN)),
+                (
+                    _producer,
+                    (descs, q_smem, do_smem, k_bufs, v_bufs, bars, m0, hq * D, h * D, Tk, CAUSAL, BM, BN),
+                ),
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    # The launcher must give this kernel global scratch (its descriptors live there).
+    flash_bwd_dq_gluon_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_bwd_dq_gluon_kernel = None
