@@ -11,9 +11,10 @@ cuDNN, one after another in each of three rounds (medians).
 
 ``python -m bench.probes.gluon_flash``; ``GLUON_FLASH_TIME=0`` checks only;
 ``GLUON_FLASH_MODULES=core,mod,...``: the kernels to take, ``core`` the
-library's and any other a module holding a ``flash_fwd_gluon_kernel`` of
-the same parameters (an older copy, with or without ``QRANGE``/``GATE``),
-each checked and timed beside the others.
+library's (``core-pingpong`` the same with ``PINGPONG``) and any other a
+module holding a ``flash_fwd_gluon_kernel`` of the same parameters (an
+older copy, with or without ``QRANGE``/``GATE``), each checked and timed
+beside the others.
 """
 
 from __future__ import annotations
@@ -59,18 +60,20 @@ MODULES = os.environ.get("GLUON_FLASH_MODULES", "core").split(",")
 
 
 def _kernel(name):
-    module = flash_fwd_gluon if name == "core" else importlib.import_module(name)
-    return module.flash_fwd_gluon_kernel
+    """``(kernel, extra constexprs)`` of a ``GLUON_FLASH_MODULES`` entry."""
+    if name in ("core", "core-pingpong"):
+        return flash_fwd_gluon.flash_fwd_gluon_kernel, {"PINGPONG": name == "core-pingpong"}
+    return importlib.import_module(name).flash_fwd_gluon_kernel, {}
 
 
-VARIANTS = tuple((name, _kernel(name)) for name in MODULES)
+VARIANTS = tuple((name, *_kernel(name)) for name in MODULES)
 
 
 def _scratch(size, align, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def gluon_forward(q, k, v, causal, kernel):
+def gluon_forward(q, k, v, causal, kernel, extra=None):
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     out = torch.full_like(q, float("nan"))
@@ -80,8 +83,8 @@ def gluon_forward(q, k, v, causal, kernel):
     gate_flag = {"GATE": 0} if gate else {}
     kernel[grid](
         q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, STAGES=STAGES, num_warps=4,
-        maxnreg=MAXNREG,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, STAGES=STAGES, **(extra or {}),
+        num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return out, lse
 
@@ -114,9 +117,9 @@ def check():
     for B, Tq, Tk, HQ, H, D, causal in CHECKS:
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         ref_out, ref_lse = reference(q, k, v, causal)
-        for name, kernel in VARIANTS:
+        for name, kernel, extra in VARIANTS:
             try:
-                out, lse = gluon_forward(q, k, v, causal, kernel)
+                out, lse = gluon_forward(q, k, v, causal, kernel, extra)
                 torch.cuda.synchronize()
             except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
                 row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
@@ -135,8 +138,8 @@ def check():
     q, k, v = inputs(2, 1000, 1000, 2, 2, 128)
     k[1], v[1] = float("inf"), float("nan")
     ref_out, _ = reference(q[:1], k[:1], v[:1], False)
-    for name, kernel in VARIANTS:
-        out, lse = gluon_forward(q, k, v, False, kernel)
+    for name, kernel, extra in VARIANTS:
+        out, lse = gluon_forward(q, k, v, False, kernel, extra)
         clean = bool(torch.isfinite(out[0]).all()) and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
         print(f"{name}: batch 0 untouched by batch 1's inf/NaN: {clean}")
         failed += not clean
@@ -152,14 +155,16 @@ def timing():
 
     from torch_api import flash_attention
 
-    names = " | ".join(name for name, _ in VARIANTS)
+    names = " | ".join(name for name, *_ in VARIANTS)
     print(f"| shape | {names} | ours (plan) | SDPA cuDNN | best Gluon / cuDNN | plan / cuDNN |")
     print("|---|" + "---|" * (len(VARIANTS) + 4))
     for B, Tq, Tk, HQ, H, D, causal in SHAPES:
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         qkv = (q, k, v)
         qkv_t = tuple(x.transpose(1, 2) for x in qkv)
-        fns = [lambda k=kern, a=qkv, m=causal: gluon_forward(*a, m, k) for _, kern in VARIANTS]
+        fns = [
+            lambda k=kern, e=extra, a=qkv, m=causal: gluon_forward(*a, m, k, e) for _, kern, extra in VARIANTS
+        ]
         fns.append(lambda a=qkv, m=causal: flash_attention(*a, causal=m))
 
         def cudnn(a=qkv_t, m=causal):

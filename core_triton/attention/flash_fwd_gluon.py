@@ -66,7 +66,7 @@ if AVAILABLE:
     ):
         """One warp: Q once, then K and V of each key block into the ring,
         each slot reused once the consumers released it."""
-        q_bar, k_ready, k_empty, v_ready, v_empty = bars
+        q_bar, k_ready, k_empty, v_ready, v_empty, _ = bars
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [m0, col_q], q_bar, q_smem)
@@ -107,7 +107,8 @@ if AVAILABLE:
 
     @gluon.jit
     def _step(j, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
-              CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr):  # fmt: skip
+              CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr, turns, HALF: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
         """Key block ``j`` of one consumer group, after FlashAttention-3's
         intra-warpgroup overlap: ``S_j = Q K_j^T`` and ``P_{j-1} V_{j-1}``
         issued back to back, the softmax of ``S_j`` while the second runs,
@@ -115,15 +116,24 @@ if AVAILABLE:
         ``p_op`` is ``P_{j-1}``; both products retire before it returns, so
         no accumulator is in flight across the loop's back edge (where
         LLVM's copies of a loop-carried accumulator made ptxas serialise
-        every wgmma of the kernel: warning C7514)."""
+        every wgmma of the kernel: warning C7514).  ``PINGPONG``: the two
+        groups take turns to issue their products (``turns``, one mbarrier
+        each; group 0 first), so one group's softmax runs while the other's
+        products do (FlashAttention-3's inter-warpgroup schedule)."""
         k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         slot = j % STAGES
         prev = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        if PINGPONG:
+            # A fresh mbarrier counts as having completed the phase before
+            # phase 0: group 0's first wait passes at once.
+            mbarrier.wait(turns.index(HALF), ((j - 1) & 1) ^ (1 - HALF))
         s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
+        if PINGPONG:
+            mbarrier.arrive(turns.index(1 - HALF), count=1)
         # Products retire in order: this retires S_j, P_{j-1} V_{j-1} runs on.
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
@@ -137,15 +147,14 @@ if AVAILABLE:
         return acc, p_op, m_i, l_i
 
     @gluon.jit
-    def _consumer(
-        HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr
-    ):
+    def _consumer(HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                  D: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
         """One warp group, the query rows ``m0 + HALF * BM / 2`` on: the
         products, the softmax and the stores.  Two of these run side by side
         on the same K and V buffers, each at its own pace; ``shared``: what
         both take (buffers, barriers, the output's descriptor, scalars)."""
         q_smem, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, m0, col_q, lse_row, Tq, Tk, n_blocks = shared
-        q_bar, k_ready, k_empty, v_ready, v_empty = bars
+        q_bar, k_ready, k_empty, v_ready, v_empty, turns = bars
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
@@ -183,10 +192,11 @@ if AVAILABLE:
         # module docstring).  Nothing is in flight from one block to the next.
         for j in range(1, n_blocks - 1):
             acc, p_op, m_i, l_i = _step(j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
-                                        offs_m, Tk, CAUSAL, BN, rows_o)  # fmt: skip
+                                        offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF, PINGPONG)  # fmt: skip
         if n_blocks > 1:
             acc, p_op, m_i, l_i = _step(n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op, m_i, l_i,
-                                        qk_scale, offs_m, Tk, CAUSAL, BN, rows_o)  # fmt: skip
+                                        qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
+                                        PINGPONG)  # fmt: skip
 
         # The last block's P V.
         last = (n_blocks - 1) % STAGES
@@ -227,6 +237,7 @@ if AVAILABLE:
         BM: gl.constexpr,
         BN: gl.constexpr,
         STAGES: gl.constexpr,
+        PINGPONG: gl.constexpr = False,
     ):
         """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
         query head); head ``hq`` reads key head ``hq // (HQ // H)``.  Causal
@@ -236,7 +247,9 @@ if AVAILABLE:
         ``GATE`` 1: the first launch of a gated pair (flash.gated_pair),
         which runs only the blocks holding a row whose segment holds every
         key (``QRANGE [B, 2, Tq]``, segment_ranges' format; any pointer for
-        ``GATE`` 0); the others return at once."""
+        ``GATE`` 0); the others return at once.  ``PINGPONG``: the consumer
+        groups take turns to issue their products (_step; not yet run on a
+        GPU, so no plan sets it)."""
         gl.static_assert(BM == BN, "the mask is applied to the last key block only")
         pid_m = gl.program_id(0)
         if CAUSAL:
@@ -247,10 +260,30 @@ if AVAILABLE:
         if GATE == 1:
             if _gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
                 _forward_block(
-                    Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES
+                    Q,
+                    K,
+                    V,
+                    scale,
+                    Tq,
+                    Tk,
+                    OUT,
+                    LSE,
+                    b,
+                    pid_bh,
+                    m0,
+                    HQ,
+                    H,
+                    D,
+                    CAUSAL,
+                    BM,
+                    BN,
+                    STAGES,
+                    PINGPONG,
                 )
         else:
-            _forward_block(Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES)
+            _forward_block(
+                Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG
+            )
 
     @gluon.jit
     def _gated_block(RANGE, m0, Tq, Tk, BM: gl.constexpr):
@@ -283,6 +316,7 @@ if AVAILABLE:
         BM: gl.constexpr,
         BN: gl.constexpr,
         STAGES: gl.constexpr,
+        PINGPONG: gl.constexpr,
     ):
         """Query rows ``m0 .. m0 + BM`` of batch ``b`` and row ``pid_bh`` of
         the grid (flash_fwd_gluon_kernel)."""
@@ -315,7 +349,13 @@ if AVAILABLE:
             mbarrier.init(k_empty.index(i), count=2)
             mbarrier.init(v_ready.index(i), count=1)
             mbarrier.init(v_empty.index(i), count=2)
-        bars = (q_bar, k_ready, k_empty, v_ready, v_empty)
+        if PINGPONG:
+            turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+            mbarrier.init(turns.index(0), count=1)
+            mbarrier.init(turns.index(1), count=1)
+        else:
+            turns = q_bar  # unused
+        bars = (q_bar, k_ready, k_empty, v_ready, v_empty, turns)
 
         end = gl.minimum(Tk, m0 + BM) if CAUSAL else Tk
         n_blocks = gl.cdiv(end, BN)
@@ -326,8 +366,8 @@ if AVAILABLE:
         shared = (q_smem, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, m0, col_q, lse_row, Tq, Tk, n_blocks)
         gl.warp_specialize(
             [
-                (_consumer, (0, shared, CAUSAL, BM, BN, D)),
-                (_consumer, (1, shared, CAUSAL, BM, BN, D)),
+                (_consumer, (0, shared, CAUSAL, BM, BN, D, PINGPONG)),
+                (_consumer, (1, shared, CAUSAL, BM, BN, D, PINGPONG)),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, n_blocks, BN),
