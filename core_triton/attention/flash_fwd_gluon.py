@@ -257,33 +257,12 @@ if AVAILABLE:
         pid_bh = gl.program_id(1)
         b = (pid_bh // HQ).to(gl.int64)
         m0 = pid_m * BM
+        args = (Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0)
         if GATE == 1:
             if _gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
-                _forward_block(
-                    Q,
-                    K,
-                    V,
-                    scale,
-                    Tq,
-                    Tk,
-                    OUT,
-                    LSE,
-                    b,
-                    pid_bh,
-                    m0,
-                    HQ,
-                    H,
-                    D,
-                    CAUSAL,
-                    BM,
-                    BN,
-                    STAGES,
-                    PINGPONG,
-                )
+                _forward_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG)
         else:
-            _forward_block(
-                Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG
-            )
+            _forward_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG)
 
     @gluon.jit
     def _gated_block(RANGE, m0, Tq, Tk, BM: gl.constexpr):
@@ -297,29 +276,13 @@ if AVAILABLE:
         return gl.max(((lo == 0) & (hi >= Tk)).to(gl.int32), 0) > 0
 
     @gluon.jit
-    def _forward_block(
-        Q,
-        K,
-        V,
-        scale,
-        Tq,
-        Tk,
-        OUT,
-        LSE,
-        b,
-        pid_bh,
-        m0,
-        HQ: gl.constexpr,
-        H: gl.constexpr,
-        D: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        BM: gl.constexpr,
-        BN: gl.constexpr,
-        STAGES: gl.constexpr,
-        PINGPONG: gl.constexpr,
-    ):
+    def _forward_block(args, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                       BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                       PINGPONG: gl.constexpr):  # fmt: skip
         """Query rows ``m0 .. m0 + BM`` of batch ``b`` and row ``pid_bh`` of
-        the grid (flash_fwd_gluon_kernel)."""
+        the grid (flash_fwd_gluon_kernel; ``args``: its pointers and sizes,
+        then ``b, pid_bh, m0``)."""
+        Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0 = args
         hq = pid_bh % HQ
         h = hq // (HQ // H)
         dtype: gl.constexpr = Q.dtype.element_ty
