@@ -76,13 +76,14 @@ def retiled(plan, tiles, length, block="BN"):
     )
 
 
-def forward_case(B, T, HQ, H, D, causal, g):
+def forward_case(B, T, HQ, H, D, causal, g, Tk=None):
     """``(plans, inputs)``: plain attention's plans for random bf16 ``q [B,
-    T, HQ, D]``, ``k``, ``v [B, T, H, D]`` (from generator ``g``) and the
-    forward's inputs."""
+    T, HQ, D]``, ``k``, ``v [B, Tk, H, D]`` (``Tk`` default ``T``; from
+    generator ``g``) and the forward's inputs."""
+    Tk = T if Tk is None else Tk
     q = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    k = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
-    v = torch.randn(B, T, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(B, Tk, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(B, Tk, H, D, device="cuda", dtype=torch.bfloat16, generator=g)
     plans, _ = core.plans(
         info(q), info(k), info(v), None, None, None, None, None, causal, None, None, None, None
     )
@@ -90,12 +91,13 @@ def forward_case(B, T, HQ, H, D, causal, g):
     return plans, {"q": q, "k": k, "v": v, "qoff": zero, "koff": zero}
 
 
-def backward_case(B, T, HQ, H, D, causal):
+def backward_case(B, T, HQ, H, D, causal, Tk=None):
     """``(forward, dq, dkdv, inputs)``: plain attention's launches (each a
-    tuple of steps) for random bf16 inputs, and every array they read, the
-    forward's and dQ's outputs included (``delta`` from the real dQ)."""
+    tuple of steps) for random bf16 inputs (``T`` queries, ``Tk`` keys,
+    default ``T``), and every array they read, the forward's and dQ's
+    outputs included (``delta`` from the real dQ)."""
     g = torch.Generator(device="cuda").manual_seed(0)
-    plans, inputs = forward_case(B, T, HQ, H, D, causal, g)
+    plans, inputs = forward_case(B, T, HQ, H, D, causal, g, Tk)
     do = torch.randn(B, T, HQ, D, device="cuda", dtype=torch.bfloat16, generator=g)
     out, lse = run_steps(plans.forward, inputs, launch)
     dkdv_steps, dq_steps = plans.grads(info(do), info(out), False)

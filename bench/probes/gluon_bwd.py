@@ -11,7 +11,8 @@ stages) runs on the same inputs with its outputs filled with NaN first and
 is compared with them (largest difference over the reference's largest
 magnitude; the dK/dV draft takes the plan's ``delta``); at the timing
 shapes both launches are timed alone.  Check shapes first (ragged
-lengths, several batches, grouped heads), then issue 31's timing shapes.
+lengths, more or fewer keys than queries, several batches, grouped heads),
+then issue 31's timing shapes.
 
 ``python -m bench.probes.gluon_bwd``; ``GLUON_BWD_TIME=0`` checks only.
 """
@@ -31,13 +32,17 @@ from core_triton.common.launch import run_steps
 from torch_api._launch import launch
 
 CHECKS = (
-    # (B, T, HQ, H, D, causal)
+    # (B, Tq, HQ, H, D, causal[, Tk]): Tk default Tq
     (1, 128, 1, 1, 128, False),
     (1, 128, 1, 1, 128, True),
     (2, 1000, 4, 4, 128, True),
     (2, 1000, 4, 4, 128, False),
     (3, 777, 8, 2, 128, True),
     (2, 300, 4, 1, 128, False),
+    # More keys than queries and fewer, causal (top-left aligned) and not.
+    (2, 300, 4, 2, 128, True, 1000),
+    (2, 1000, 4, 2, 128, True, 300),
+    (2, 500, 4, 4, 128, False, 77),
 )
 SHAPES = (
     (4, 8192, 16, 16, 128, False),

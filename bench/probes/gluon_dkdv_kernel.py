@@ -1,5 +1,5 @@
 """A draft flash-attention dK/dV for Hopper (sm_90) written in Gluon, kept
-beside its probe (bench.probes.gluon_dkdv) until it has run on a GPU; no
+beside its probe (bench.probes.gluon_bwd) until it has run on a GPU; no
 plan takes it.
 
 The forward's split (flash_fwd_gluon) for the backward's key side, after

@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 
 from core_triton.attention import segment_ranges
+from core_triton.attention.naive import attention_ref
 from core_triton.common.launch import TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import contiguous_strides
+from tests.reference import assert_close
 from tests.suites.flash_attention import (
     FlashAttentionSuite,
     gluon_forward_runs,
@@ -279,7 +281,7 @@ class FlashSegmentsSuite(KernelLevelCases):
     )
     def test_segments_gluon_forward(self, name, monkeypatch):
         """The Gluon forward as a gated pair's first launch (the plan's pick
-        on sm_90 at head dim 128 from 4096 tokens; forced on here at every
+        on sm_90 at head dim 128 from 2048 tokens; forced on here at every
         length): its blocks without a row that sees every key return at
         once, the ranged kernel writes those rows; one segment, a batch row
         of one segment beside one of documents, whole rows beside rows that
@@ -299,6 +301,53 @@ class FlashSegmentsSuite(KernelLevelCases):
             self._check(c, options, dtype="bfloat16")
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and first.constexprs["GATE"] == 1, first
+
+    @pytest.mark.parametrize("kernel", ["ws", "gluon"])
+    def test_gate_skips_blocks(self, kernel):
+        """A gated pair's first launch alone (GATE 1, outputs poisoned with
+        NaN), the warp-specialised forward or the Gluon one: a block with no
+        query that sees every key is left as it was (the ranged launch
+        writes it), a block of such queries holds plain attention's rows.
+        Batch 0's first 128 queries and batch 1's last are whole (key ids
+        all 1, those queries' ids 1), the others' segment has no key.  bf16,
+        head dim 128, against float64."""
+        from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
+
+        if kernel == "gluon" and not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level()
+        fw = self.fw
+        B, T = 2, 256
+        c = make_case(np.random.default_rng(31), B=B, Tq=T, Tk=T, HQ=2, H=1, D=128)
+        q_ids, k_ids = np.ones((B, T), np.int32), np.ones((B, T), np.int32)
+        q_ids[0, 128:] = 2
+        q_ids[1, :128] = 2
+        id_infos = [TensorInfo(a.shape, "int32", contiguous_strides(a.shape)) for a in (q_ids, k_ids)]
+        ids = {"q_segment_ids": fw.array(q_ids, "int32"), "kv_segment_ids": fw.array(k_ids, "int32")}
+        ranges = self._launch(segment_ranges.range_plan(*id_infos, *ids), ids)
+        arrays = {n: fw.array(c[n], "bfloat16") for n in ("query", "key", "value")}
+        infos = [TensorInfo(c[n].shape, "bfloat16", contiguous_strides(c[n].shape)) for n in arrays]
+        r_infos = [TensorInfo(tuple(r.shape), "int32", contiguous_strides(tuple(r.shape))) for r in ranges]
+        with ws_forward_on(fw, gluon="on" if kernel == "gluon" else "off"):
+            plans, _ = flash.plans(*infos, *id_infos, q_key_range=r_infos[0], kv_query_range=r_infos[1])
+        first = plans.forward[0]
+        want = (
+            flash_fwd_gluon.flash_fwd_gluon_kernel
+            if kernel == "gluon"
+            else flash_tma_plans.flash_fwd_ws_kernel
+        )
+        assert first.kernel is want and first.constexprs["GATE"] == 1, first
+        q, k, v = arrays.values()
+        out, _ = (
+            fw.numpy(a) for a in self._launch(first, {"q": q, "k": k, "v": v, "q_key_range": ranges[0]})
+        )
+        seen = {n: fw.numpy(a) for n, a in arrays.items()}
+        ref = attention_ref(**seen)["out"]
+        for b, (whole, skipped) in enumerate(
+            ((slice(0, 128), slice(128, T)), (slice(128, T), slice(0, 128)))
+        ):
+            assert np.isnan(out[b, skipped]).all(), f"batch {b}: a block without whole rows was written"
+            assert_close(out[b, whole], ref[b, whole], "bfloat16", f"batch {b}, whole rows")
 
     @pytest.mark.parametrize("name", ["batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"])
     def test_gated_pair_with_own_tiles(self, name, monkeypatch):
