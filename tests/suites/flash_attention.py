@@ -884,15 +884,17 @@ class FlashAttentionSuite(KernelLevelCases):
             planned = flash.plans(q, kv, kv, softmax_aux=aux, **options)[0].forward[0].kernel
             assert planned is want if want is not None else planned not in (gluon, ws), (T, D, options, sink)
 
+    @pytest.mark.parametrize("causal", [False, True])
     @pytest.mark.parametrize("gated", [False, True])
-    def test_gluon_forward_wgmma_pipelined(self, gated, tmp_path):
+    def test_gluon_forward_wgmma_pipelined(self, gated, causal, tmp_path):
         """ptxas keeps the Gluon forward's wgmma asynchronous: no warning
         C7514, which it gives where a non-wgmma instruction may read an
         in-flight accumulator and then serialises every wgmma of the kernel
         (an accumulator left in flight across the loop's back edge did
         that: the forward ran 12% slower).  The plan's kernel at B4 H16 T8k
-        D128 causal, plain and as a gated pair's first launch, compiled for
-        sm_90a as the GPU runs it."""
+        D128, full and causal, plain and as a gated pair's first launch,
+        compiled for sm_90a as the GPU runs it, and with ``PINGPONG``."""
+        import dataclasses
         import subprocess
 
         from triton import knobs
@@ -903,21 +905,30 @@ class FlashAttentionSuite(KernelLevelCases):
 
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
-        self._kernel_level(True)
+        self._kernel_level()
         T, HQ, D = 8192, 16, 128
         q = TensorInfo((4, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
         ids = TensorInfo((4, T), "int32", (T, 1)) if gated else None
         rng = TensorInfo((4, 2, T), "int32", (2 * T, T, 1))  # segment_ranges' [B, 2, T]
         ranges = {"q_key_range": rng, "kv_query_range": rng} if gated else {}
-        plan = flash.plans(q, q, q, q_segment_ids=ids, causal=True, **ranges)[0].forward[0]
+        plan = flash.plans(q, q, q, q_segment_ids=ids, causal=causal, **ranges)[0].forward[0]
         assert plan.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and plan.constexprs["GATE"] == gated
         dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
-        ptx = tmp_path / "gluon.ptx"
-        ptx.write_text(compiled.compile_plan(plan, dtypes, 90).ptx)
-        cmd = [knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "gluon.cubin")]
-        run = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        assert "Used 168 registers" in run.stderr, run.stderr
-        assert "C7514" not in run.stderr and "serialized" not in run.stderr, run.stderr
+        for pingpong in (False, True):
+            variant = dataclasses.replace(plan, constexprs={**plan.constexprs, "PINGPONG": pingpong})
+            ptx = tmp_path / f"gluon-{pingpong}.ptx"
+            ptx.write_text(compiled.compile_plan(variant, dtypes, 90).ptx)
+            cmd = [
+                knobs.nvidia.ptxas.path,
+                "-arch=sm_90a",
+                "-v",
+                str(ptx),
+                "-o",
+                str(tmp_path / "gluon.cubin"),
+            ]
+            run = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            assert "Used 168 registers" in run.stderr and " 0 bytes spill stores" in run.stderr, run.stderr
+            assert "C7514" not in run.stderr and "serialized" not in run.stderr, (pingpong, run.stderr)
 
     @pytest.mark.parametrize("causal", [False, True])
     def test_gluon_forward_batches_isolated(self, causal, monkeypatch):
