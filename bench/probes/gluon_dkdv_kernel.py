@@ -35,6 +35,7 @@ try:  # Gluon is experimental; a Triton without it never plans this kernel.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
         mbarrier,
         tma,
         warpgroup_mma,
@@ -95,7 +96,7 @@ if AVAILABLE:
                   CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One warp group: keys ``n0 + HALF * BN / 2`` on, their dK and dV
         summed over the walk, then stored."""
-        k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, DK, DV, scale, b, h, n0, Tq, Tk = shared
+        k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, dk_desc, dv_desc, scale, b, h, n0, Tq, Tk = shared
         kv_bar, q_ready, q_empty, do_ready, do_empty = bars
         STAGES: gl.constexpr = q_bufs.type.shape[0]
         GROUP: gl.constexpr = HQ // H
@@ -153,13 +154,16 @@ if AVAILABLE:
                 mbarrier.arrive(do_empty.index(slot), count=1)
                 i += 1
 
-        # Rows past Tk are never stored (their gradients are their own).
-        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
-        at = ((b * Tk + rows) * (H * D) + h * D)[:, None] + offs_d[None, :]
-        keep = (rows < Tk)[:, None]
-        gl.store(DK + at, (dk * scale).to(dtype), mask=keep)
-        gl.store(DV + at, dv.to(dtype), mask=keep)
+        # This group's K and V rows are free now (its products are done; the
+        # other group reads only its own): dK and dV leave through them, by
+        # TMA stores that drop the rows past Tk (their gradients are their
+        # own, never stored).
+        k_rows.store((dk * scale).to(dtype))
+        v_rows.store(dv.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dk_desc, [r0, h * D], k_rows)
+        tma.async_copy_shared_to_global(dv_desc, [r0, h * D], v_rows)
+        tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
     def flash_bwd_dkdv_gluon_kernel(
@@ -220,7 +224,31 @@ if AVAILABLE:
             mbarrier.init(do_empty.index(i), count=2)
         bars = (kv_bar, q_ready, q_empty, do_ready, do_empty)
         descs = (q_desc, do_desc, k_desc, v_desc)
-        shared = (k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, DK, DV, scale, b, h, n0, Tq, Tk)
+        # The outputs by the batch's own rows, half a key block at a time
+        # (each consumer group stores its own).
+        dk_desc = tma.make_tensor_descriptor(
+            DK + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN // 2, D], layout
+        )
+        dv_desc = tma.make_tensor_descriptor(
+            DV + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN // 2, D], layout
+        )
+        shared = (
+            k_smem,
+            v_smem,
+            q_bufs,
+            do_bufs,
+            bars,
+            LSE,
+            DELTA,
+            dk_desc,
+            dv_desc,
+            scale,
+            b,
+            h,
+            n0,
+            Tq,
+            Tk,
+        )
         gl.warp_specialize(
             [
                 (_consumer, (0, shared, HQ, H, D, CAUSAL, BM, BN)),

@@ -30,6 +30,7 @@ try:  # Gluon is experimental; a Triton without it never plans this kernel.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
         mbarrier,
         tma,
         warpgroup_mma,
@@ -79,7 +80,7 @@ if AVAILABLE:
                   BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One warp group: rows ``m0 + HALF * BM / 2`` on; their delta, then
         their dQ over the key blocks they see."""
-        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA, scale, b, hq, m0, Tq, Tk = shared
+        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk = shared
         qd_bar, k_ready, k_empty, v_ready, v_empty = bars
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
@@ -149,10 +150,13 @@ if AVAILABLE:
             mbarrier.arrive(k_empty.index(slot), count=1)
             mbarrier.arrive(v_empty.index(slot), count=1)
 
-        rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
-        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
-        out = ((b * Tq + rows) * (HQ * D) + hq * D)[:, None] + offs_d[None, :]
-        gl.store(DQ + out, (dq * scale).to(dtype), mask=(rows < Tq)[:, None])
+        # This group's Q rows are free now (its products are done; the other
+        # group reads only its own): dQ leaves through them, by a TMA store
+        # that drops the rows past Tq.
+        q_rows.store((dq * scale).to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dq_desc, [r0, hq * D], q_rows)
+        tma.store_wait(0)
 
     @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
     def flash_bwd_dq_gluon_kernel(
@@ -216,7 +220,10 @@ if AVAILABLE:
             mbarrier.init(v_empty.index(i), count=2)
         bars = (qd_bar, k_ready, k_empty, v_ready, v_empty)
         descs = (q_desc, do_desc, k_desc, v_desc)
-        shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA, scale, b, hq, m0, Tq, Tk)
+        dq_desc = tma.make_tensor_descriptor(
+            DQ + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM // 2, D], layout
+        )
+        shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk)
         gl.warp_specialize(
             [
                 (_consumer, (0, shared, HQ, D, CAUSAL, BM, BN)),
