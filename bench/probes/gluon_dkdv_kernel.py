@@ -28,7 +28,7 @@ Inputs as flash_bwd_dkdv_kernel's for plain or causal attention: ``q, do
 are never stored.  Descriptors per batch, on the device, as the forward's.
 
 Compiled for sm_90 offline only so far (168 registers; no spills at ``BM``
-32, 124 bytes at 64; ptxas keeps its wgmma asynchronous).
+32, 100-120 bytes at 64; ptxas keeps its wgmma asynchronous).
 """
 
 try:  # Gluon is experimental; a Triton without it never plans this kernel.
@@ -46,6 +46,7 @@ try:  # Gluon is experimental; a Triton without it never plans this kernel.
 except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
+from bench.probes.gluon_parts import batch_rows, ring
 from core_triton.attention.flash_common import LOG2E
 
 if AVAILABLE:
@@ -199,39 +200,24 @@ if AVAILABLE:
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.
-        q_desc = tma.make_tensor_descriptor(Q + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout)
-        do_desc = tma.make_tensor_descriptor(
-            DO + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout
-        )
-        k_desc = tma.make_tensor_descriptor(K + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
-        v_desc = tma.make_tensor_descriptor(V + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+        q_desc = batch_rows(Q, b, Tq, HQ * D, BM, D, layout)
+        do_desc = batch_rows(DO, b, Tq, HQ * D, BM, D, layout)
+        k_desc = batch_rows(K, b, Tk, H * D, BN, D, layout)
+        v_desc = batch_rows(V, b, Tk, H * D, BN, D, layout)
+        # The outputs half a key block at a time (each consumer group its own).
+        dk_desc = batch_rows(DK, b, Tk, H * D, BN // 2, D, layout)
+        dv_desc = batch_rows(DV, b, Tk, H * D, BN // 2, D, layout)
 
         k_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
         v_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
         q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
         do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
-        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-        kv_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
-        q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        q_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        do_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(kv_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=2)  # both consumer groups release a slot
-            mbarrier.init(do_ready.index(i), count=1)
-            mbarrier.init(do_empty.index(i), count=2)
+        q_ready, q_empty = ring(STAGES)
+        do_ready, do_empty = ring(STAGES)
         bars = (kv_bar, q_ready, q_empty, do_ready, do_empty)
         descs = (q_desc, do_desc, k_desc, v_desc)
-        # The outputs by the batch's own rows, half a key block at a time
-        # (each consumer group stores its own).
-        dk_desc = tma.make_tensor_descriptor(
-            DK + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN // 2, D], layout
-        )
-        dv_desc = tma.make_tensor_descriptor(
-            DV + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN // 2, D], layout
-        )
         shared = (
             k_smem,
             v_smem,

@@ -41,6 +41,7 @@ try:  # Gluon is experimental; a Triton without it never plans this kernel.
 except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
+from bench.probes.gluon_parts import batch_rows, ring
 from core_triton.attention.flash_common import LOG2E
 
 if AVAILABLE:
@@ -195,34 +196,23 @@ if AVAILABLE:
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.
-        q_desc = tma.make_tensor_descriptor(Q + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout)
-        do_desc = tma.make_tensor_descriptor(
-            DO + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM, D], layout
-        )
-        k_desc = tma.make_tensor_descriptor(K + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
-        v_desc = tma.make_tensor_descriptor(V + b * Tk * (H * D), [Tk, H * D], [H * D, 1], [BN, D], layout)
+        q_desc = batch_rows(Q, b, Tq, HQ * D, BM, D, layout)
+        do_desc = batch_rows(DO, b, Tq, HQ * D, BM, D, layout)
+        k_desc = batch_rows(K, b, Tk, H * D, BN, D, layout)
+        v_desc = batch_rows(V, b, Tk, H * D, BN, D, layout)
+        # dQ half a query block at a time (each consumer group its own).
+        dq_desc = batch_rows(DQ, b, Tq, HQ * D, BM // 2, D, layout)
 
         q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
         do_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
         k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
-        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-        qd_bar = gl.allocate_shared_memory(gl.int64, [1], bar_layout)
-        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        qd_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(qd_bar, count=1)
-        for i in gl.static_range(STAGES):
-            mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)  # both consumer groups release a slot
-            mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(v_empty.index(i), count=2)
+        k_ready, k_empty = ring(STAGES)
+        v_ready, v_empty = ring(STAGES)
         bars = (qd_bar, k_ready, k_empty, v_ready, v_empty)
         descs = (q_desc, do_desc, k_desc, v_desc)
-        dq_desc = tma.make_tensor_descriptor(
-            DQ + b * Tq * (HQ * D), [Tq, HQ * D], [HQ * D, 1], [BM // 2, D], layout
-        )
         shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk)
         gl.warp_specialize(
             [

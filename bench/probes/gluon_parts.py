@@ -1,0 +1,35 @@
+"""Pieces the Gluon backward drafts (gluon_dkdv_kernel, gluon_dq_kernel)
+share; they join core_triton with the drafts, beside flash_fwd_gluon."""
+
+try:  # Gluon is experimental; a Triton without it has no drafts to run.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    AVAILABLE = False
+
+if AVAILABLE:
+
+    @gluon.jit
+    def batch_rows(
+        base, b, T, width: gl.constexpr, block: gl.constexpr, D: gl.constexpr, layout: gl.constexpr
+    ):
+        """A TMA descriptor over batch ``b``'s rows of ``[B, T, width]``
+        (row-major at ``base``), ``[block, D]`` at a time: rows past ``T``
+        read as zeros and are dropped from stores, never another batch's."""
+        return tma.make_tensor_descriptor(base + b * T * width, [T, width], [width, 1], [block, D], layout)
+
+    @gluon.jit
+    def ring(STAGES: gl.constexpr):
+        """``(ready, empty)`` mbarriers of a ring of ``STAGES`` slots: one
+        arrival (the producer's expected bytes) makes a slot ready, the two
+        consumer groups' make it empty."""
+        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        return ready, empty
