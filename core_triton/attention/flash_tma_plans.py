@@ -131,19 +131,14 @@ def ws_forward(
     queries' ranges, for the first launch of a gated pair
     (flash.gated_pair; ``plain`` then says the call is plain but for its
     segment ids)."""
-    Tq, Tk = q.shape[1], k.shape[1]
-    gluon = (
-        sink is None
-        and q.shape[3] in GLUON_CONFIGS
-        and _gluon_wanted(Tq, Tk)
-        and _applies(q, k, v, opts, plain, out_dtype)
-    )
-    if gluon:
-        return _gluon_forward(q, k, v, opts, gate_range)
-    if not (_switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk) and _applies(q, k, v, opts, plain, out_dtype)):
-        return None
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
+    if not _applies(q, k, v, opts, plain, out_dtype):
+        return None
+    if sink is None and D in GLUON_CONFIGS and _gluon_wanted(Tq, Tk):
+        return _gluon_forward(q, k, v, opts, gate_range)
+    if not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
+        return None
     bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
     if B > 1 and Tk % bn:
         # A key block would cross into the next batch (flash_fwd_ws).
