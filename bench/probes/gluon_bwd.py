@@ -29,7 +29,7 @@ from bench.probes.dkdv_runs import backward_case
 from bench.probes.gluon_dkdv_kernel import flash_bwd_dkdv_gluon_kernel
 from bench.probes.gluon_dq_kernel import flash_bwd_dq_gluon_kernel
 from core_triton.common.launch import run_steps
-from torch_api._launch import launch
+from torch_api._launch import _ensure_scratch_allocator, launch
 
 CHECKS = (
     # (B, Tq, HQ, H, D, causal[, Tk]): Tk default Tq
@@ -56,10 +56,6 @@ DKDV_VARIANTS = ((32, 2), (64, 2), (32, 3))
 # (key block, stages) with 128 queries a program.
 DQ_VARIANTS = ((64, 2), (64, 3), (128, 2))
 MAXNREG = 168
-
-
-def _scratch(size, align, stream):
-    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def _nan_like(*arrays):
@@ -127,7 +123,7 @@ def _variant_rows(shape, name, run, variants, ref, plan_us):
 
 
 def main():
-    triton.set_allocator(_scratch)
+    _ensure_scratch_allocator()  # the descriptors live in global scratch
     timing = os.environ.get("GLUON_BWD_TIME", "1") != "0"
     print("| shape | draft, block, stages | err 1 (dK / dQ) | err 2 (dV / delta) | NaN | plan us | Gluon us |"
           " plan / Gluon |")  # fmt: skip

@@ -28,6 +28,7 @@ import torch
 import triton
 
 from core_triton.attention import flash_fwd_gluon
+from torch_api._launch import _ensure_scratch_allocator
 
 CHECKS = (
     # (B, Tq, Tk, HQ, H, D, causal)
@@ -67,10 +68,6 @@ def _kernel(name):
 
 
 VARIANTS = tuple((name, *_kernel(name)) for name in MODULES)
-
-
-def _scratch(size, align, stream):
-    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
@@ -189,7 +186,7 @@ def timing():
 
 
 def main():
-    triton.set_allocator(_scratch)
+    _ensure_scratch_allocator()  # the descriptors live in global scratch
     failed = check() if os.environ.get("GLUON_FLASH_CHECK", "1") != "0" else 0
     print(f"checks failed: {failed}")
     if os.environ.get("GLUON_FLASH_TIME", "1") != "0":
