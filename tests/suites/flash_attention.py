@@ -50,42 +50,44 @@ def vjp(fw, fn, inputs: dict, cotangents: tuple, constants=None):
 
 
 @contextlib.contextmanager
-def ws_forward_on(fw, configs: dict | None = None, gluon: str = "off"):
-    """The warp-specialised flash forward forced on (with ``configs``, if
-    given) and the Gluon one set to ``gluon`` (off: Triton's own
-    warp-specialised kernel runs), then both switches and the configs as
-    they were; the binding's traced calls are dropped both ways, so each
+def _flash_setting(fw, set_to, before, value):
+    """A flash plan setting changed by ``set_to(value)`` (one of flash's
+    ``set_*`` switches, which drop the plans made before), then set back to
+    ``before``; the binding's traced calls are dropped both ways, so each
     call plans again."""
-    from core_triton.attention import flash, flash_tma_plans
-
-    before = flash_tma_plans.WS_FORWARD, dict(flash_tma_plans.WS_CONFIGS)
-    gluon_before = flash_tma_plans.GLUON_FORWARD
-    flash.set_ws_forward("on", configs)
-    flash.set_gluon_forward(gluon)
+    set_to(value)
     fw.clear_caches()
     try:
         yield
     finally:
-        flash_tma_plans.WS_CONFIGS.clear()
-        flash.set_ws_forward(*before)
-        flash.set_gluon_forward(gluon_before)
+        set_to(before)
         fw.clear_caches()
 
 
 @contextlib.contextmanager
-def gluon_forward_set(fw, mode: str):
-    """The Gluon forward's switch at ``mode``, then as it was; the binding's
-    traced calls are dropped both ways, so each call plans again."""
+def ws_forward_on(fw, configs: dict | None = None, gluon: str = "off"):
+    """The warp-specialised flash forward forced on (with ``configs``, if
+    given) and the Gluon one set to ``gluon`` (off: Triton's own
+    warp-specialised kernel runs), then both switches and the configs as
+    they were."""
     from core_triton.attention import flash, flash_tma_plans
 
-    before = flash_tma_plans.GLUON_FORWARD
-    flash.set_gluon_forward(mode)
-    fw.clear_caches()
-    try:
+    before = flash_tma_plans.WS_FORWARD, dict(flash_tma_plans.WS_CONFIGS)
+
+    def set_to(setting):  # the switch, and exactly these configs
+        flash_tma_plans.WS_CONFIGS.clear()
+        flash.set_ws_forward(*setting)
+
+    forced = ("on", {**before[1], **(configs or {})})
+    with gluon_forward_set(fw, gluon), _flash_setting(fw, set_to, before, forced):
         yield
-    finally:
-        flash.set_gluon_forward(before)
-        fw.clear_caches()
+
+
+def gluon_forward_set(fw, mode: str):
+    """The Gluon forward's switch at ``mode``, then as it was."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    return _flash_setting(fw, flash.set_gluon_forward, flash_tma_plans.GLUON_FORWARD, mode)
 
 
 def gluon_forward_runs() -> bool:
@@ -101,37 +103,21 @@ def gluon_forward_runs() -> bool:
     )
 
 
-@contextlib.contextmanager
 def dkdv_splits_set(fw, splits: int | None):
     """The dK/dV kernel's group split fixed at ``splits`` (None: the plan's
-    rule), then as it was; the binding's traced calls are dropped both ways."""
+    rule), then as it was."""
     from core_triton.attention import flash, flash_configs
 
-    before = flash_configs.DKDV_SPLITS
-    flash.set_dkdv_splits(splits)
-    fw.clear_caches()
-    try:
-        yield
-    finally:
-        flash.set_dkdv_splits(before)
-        fw.clear_caches()
+    return _flash_setting(fw, flash.set_dkdv_splits, flash_configs.DKDV_SPLITS, splits)
 
 
-@contextlib.contextmanager
 def program_order_set(fw, order: int | None):
     """Every flash launch's order (flash_common.block_and_row) forced to
     ``order`` (None: the plan's rule, flash_configs.program_order), then as
-    it was; the binding's traced calls are dropped both ways."""
+    it was."""
     from core_triton.attention import flash, flash_configs
 
-    before = flash_configs.PROGRAM_ORDER
-    flash.set_program_order(order)
-    fw.clear_caches()
-    try:
-        yield
-    finally:
-        flash.set_program_order(before)
-        fw.clear_caches()
+    return _flash_setting(fw, flash.set_program_order, flash_configs.PROGRAM_ORDER, order)
 
 
 def spy_launches(fw, monkeypatch) -> list:
