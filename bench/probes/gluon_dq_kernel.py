@@ -41,8 +41,8 @@ try:  # Gluon is experimental; a Triton without it never plans this kernel.
 except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
-from bench.probes.gluon_parts import batch_rows, ring
 from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.gluon_parts import batch_rows, ring
 
 if AVAILABLE:
 

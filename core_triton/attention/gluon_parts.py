@@ -1,7 +1,8 @@
-"""Pieces the Gluon backward drafts (gluon_dkdv_kernel, gluon_dq_kernel)
-share; they join core_triton with the drafts, beside flash_fwd_gluon."""
+"""Pieces the Gluon kernels share (flash_fwd_gluon, and the backward drafts
+in bench/probes): per-batch TMA descriptors and the mbarriers of a ring of
+shared slots."""
 
-try:  # Gluon is experimental; a Triton without it has no drafts to run.
+try:  # Gluon is experimental; a Triton without it plans no Gluon kernel.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
