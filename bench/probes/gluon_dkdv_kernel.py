@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
 from core_triton.attention.flash_common import LOG2E
-from core_triton.attention.gluon_parts import batch_rows, ring
+from core_triton.attention.gluon_parts import batch_rows, fill_slot, ring
 
 if AVAILABLE:
 
@@ -66,7 +66,6 @@ if AVAILABLE:
         consumer groups released it."""
         q_desc, do_desc, k_desc, v_desc = descs
         kv_bar, q_ready, q_empty, do_ready, do_empty = bars
-        STAGES: gl.constexpr = q_bufs.type.shape[0]
         GROUP: gl.constexpr = HQ // H
         mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [n0, h * D], kv_bar, k_smem)
@@ -76,20 +75,8 @@ if AVAILABLE:
         for g in range(GROUP):
             col = (h * GROUP + g) * D
             for jb in range(first, end):
-                slot = i % STAGES
-                # A fresh mbarrier counts as having completed the phase
-                # before phase 0: the first pass over the ring does not wait.
-                phase = ((i // STAGES) & 1) ^ 1
-                mbarrier.wait(q_empty.index(slot), phase)
-                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    q_desc, [jb * BM, col], q_ready.index(slot), q_bufs.index(slot)
-                )
-                mbarrier.wait(do_empty.index(slot), phase)
-                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(
-                    do_desc, [jb * BM, col], do_ready.index(slot), do_bufs.index(slot)
-                )
+                fill_slot(q_desc, [jb * BM, col], q_bufs, q_ready, q_empty, i)
+                fill_slot(do_desc, [jb * BM, col], do_bufs, do_ready, do_empty, i)
                 i += 1
 
     @gluon.jit

@@ -42,7 +42,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
 from core_triton.attention.flash_common import LOG2E
-from core_triton.attention.gluon_parts import batch_rows, ring
+from core_triton.attention.gluon_parts import batch_rows, fill_slot, ring
 
 if AVAILABLE:
 
@@ -60,21 +60,12 @@ if AVAILABLE:
         program's rows see into the ring."""
         q_desc, do_desc, k_desc, v_desc = descs
         qd_bar, k_ready, k_empty, v_ready, v_empty = bars
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
         mbarrier.expect(qd_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [m0, col_q], qd_bar, q_smem)
         tma.async_copy_global_to_shared(do_desc, [m0, col_q], qd_bar, do_smem)
         for j in range(_key_blocks(m0 + BM, Tk, CAUSAL, BN)):
-            slot = j % STAGES
-            # A fresh mbarrier counts as having completed the phase before
-            # phase 0: the first pass over the ring does not wait.
-            phase = ((j // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), phase)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [j * BN, col_k], k_ready.index(slot), k_bufs.index(slot))
-            mbarrier.wait(v_empty.index(slot), phase)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [j * BN, col_k], v_ready.index(slot), v_bufs.index(slot))
+            fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, j)
+            fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
     @gluon.jit
     def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,

@@ -57,7 +57,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
     AVAILABLE = False
 
 from core_triton.attention.flash_common import LN2, LOG2E
-from core_triton.attention.gluon_parts import batch_rows
+from core_triton.attention.gluon_parts import batch_rows, fill_slot
 
 if AVAILABLE:
 
@@ -68,20 +68,11 @@ if AVAILABLE:
         """One warp: Q once, then K and V of each key block into the ring,
         each slot reused once the consumers released it."""
         q_bar, k_ready, k_empty, v_ready, v_empty, _ = bars
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [m0, col_q], q_bar, q_smem)
         for j in range(n_blocks):
-            slot = j % STAGES
-            # A fresh mbarrier counts as having completed the phase before
-            # phase 0: the first pass over the ring does not wait.
-            phase = ((j // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), phase)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [j * BN, col_k], k_ready.index(slot), k_bufs.index(slot))
-            mbarrier.wait(v_empty.index(slot), phase)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [j * BN, col_k], v_ready.index(slot), v_bufs.index(slot))
+            fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, j)
+            fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
     @gluon.jit
     def _softmax_step(s, m_i, l_i, qk_scale):

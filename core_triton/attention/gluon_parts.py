@@ -1,6 +1,6 @@
 """Pieces the Gluon kernels share (flash_fwd_gluon, and the backward drafts
-in bench/probes): per-batch TMA descriptors and the mbarriers of a ring of
-shared slots."""
+in bench/probes): per-batch TMA descriptors, the mbarriers of a ring of
+shared slots and the producer's load into one."""
 
 try:  # Gluon is experimental; a Triton without it plans no Gluon kernel.
     from triton.experimental import gluon
@@ -34,3 +34,16 @@ if AVAILABLE:
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=2)
         return ready, empty
+
+    @gluon.jit
+    def fill_slot(desc, coords, bufs, ready, empty, i):
+        """The producer's load of a ring's ``i``-th use: wait until slot ``i
+        % STAGES`` is empty (both consumer groups released its last use),
+        then copy ``desc``'s block at ``coords`` into it, signalling
+        ``ready``.  A fresh mbarrier counts as having completed the phase
+        before phase 0, so the first pass over the ring does not wait."""
+        STAGES: gl.constexpr = bufs.type.shape[0]
+        slot = i % STAGES
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
