@@ -31,23 +31,20 @@ Compiled for sm_90 offline only so far (168 registers; no spills at ``BM``
 32, 100-120 bytes at 64; ptxas keeps its wgmma asynchronous).
 """
 
-try:  # Gluon is experimental; a Triton without it never plans this kernel.
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        mbarrier,
-        tma,
-        warpgroup_mma,
-        warpgroup_mma_wait,
-    )
-
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - depends on the installed Triton
-    AVAILABLE = False
-
 from core_triton.attention.flash_common import LOG2E
-from core_triton.attention.gluon_parts import batch_rows, fill_slot, ring
+from core_triton.attention.gluon_parts import (
+    AVAILABLE,
+    batch_rows,
+    fence_async_shared,
+    fill_slot,
+    gl,
+    gluon,
+    mbarrier,
+    ring,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 if AVAILABLE:
 

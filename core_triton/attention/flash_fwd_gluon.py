@@ -41,23 +41,19 @@ Triton's global scratch (``needs_global_scratch``).  Gluon has no
 interpreter: the plan never takes this kernel on the CPU.
 """
 
-try:  # Gluon is experimental; a Triton without it (or with another API) never plans this kernel.
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        mbarrier,
-        tma,
-        warpgroup_mma,
-        warpgroup_mma_wait,
-    )
-
-    AVAILABLE = True
-except ImportError:  # pragma: no cover - depends on the installed Triton
-    AVAILABLE = False
-
 from core_triton.attention.flash_common import LN2, LOG2E
-from core_triton.attention.gluon_parts import batch_rows, fill_slot
+from core_triton.attention.gluon_parts import (
+    AVAILABLE,
+    batch_rows,
+    fence_async_shared,
+    fill_slot,
+    gl,
+    gluon,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 if AVAILABLE:
 

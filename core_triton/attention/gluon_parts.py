@@ -1,14 +1,23 @@
 """Pieces the Gluon kernels share (flash_fwd_gluon, and the backward drafts
-in bench/probes): per-batch TMA descriptors, the mbarriers of a ring of
-shared slots and the producer's load into one."""
+in bench/probes): Gluon itself, imported once (``AVAILABLE`` False, and the
+names None, where the installed Triton has no Gluon or another API: then no
+plan takes a Gluon kernel), per-batch TMA descriptors, the mbarriers of a
+ring of shared slots and the producer's load into one."""
 
-try:  # Gluon is experimental; a Triton without it plans no Gluon kernel.
+try:  # Gluon is experimental.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = warpgroup_mma_wait = None
     AVAILABLE = False
 
 if AVAILABLE:
@@ -47,3 +56,5 @@ if AVAILABLE:
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
+else:  # pragma: no cover - depends on the installed Triton
+    batch_rows = ring = fill_slot = None
