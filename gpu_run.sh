@@ -16,8 +16,9 @@
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
 #   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
 #                  process a case at once (timings discarded), for the cache save;
-#   PART=drafts    the Gluon drafts that wait for a GPU (docs/design.md): the
-#                  forward with and without PINGPONG, the dK/dV and dQ drafts.
+#   PART=gluon     the Gluon kernels' probes: the forward with and without
+#                  PINGPONG, the dK/dV and dQ kernels at several tiles, each
+#                  beside the Triton kernels and checked first.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-gpu-results}}
@@ -97,11 +98,11 @@ if [ "$part" = host ]; then
   timeout "${HOST_TIMEOUT:-200}" python3 -m bench.probes.host_overhead 2>&1 | tee "$out/host_overhead.log"
   python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
 fi
-if [ "$part" = drafts ]; then
+if [ "$part" = gluon ]; then
   # Each checks its kernels against a reference first, then times them beside
   # the plan's launches (bench.probes.gluon_flash, bench.probes.gluon_bwd).
-  GLUON_FLASH_MODULES=core,core-pingpong timeout "${DRAFTS_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
-  timeout "${DRAFTS_TIMEOUT:-240}" python3 -m bench.probes.gluon_bwd 2>&1 | tee "$out/gluon_bwd.log"
+  GLUON_FLASH_MODULES=core,core-pingpong timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
+  timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_bwd 2>&1 | tee "$out/gluon_bwd.log"
 fi
 if [ "$part" = probe ]; then
   # The large-tile chunk cases that never finished on the GPU, launch by

@@ -1,6 +1,7 @@
-"""The Gluon backward drafts (bench.probes.gluon_dkdv_kernel and
-bench.probes.gluon_dq_kernel) beside the plan's dK/dV and dQ launches, on
-an sm_90 GPU (issue 31).  Not part of ``nox -s bench``.
+"""The Gluon backward's kernels (core_triton.attention.flash_bwd_dkdv_gluon
+and flash_bwd_dq_gluon) at several tiles beside the Triton dK/dV and dQ
+launches (the plan's with the Gluon backward off), on an sm_90 GPU (issue
+31).  Not part of ``nox -s bench``.
 
 For each shape the real forward makes ``out`` and ``lse``, the plan's dQ
 launch ``dq`` and ``delta``, its dK/dV launch (the split's sum included)
@@ -26,8 +27,9 @@ import torch
 import triton
 
 from bench.probes.dkdv_runs import backward_case
-from bench.probes.gluon_dkdv_kernel import flash_bwd_dkdv_gluon_kernel
-from bench.probes.gluon_dq_kernel import flash_bwd_dq_gluon_kernel
+from core_triton.attention import flash
+from core_triton.attention.flash_bwd_dkdv_gluon import flash_bwd_dkdv_gluon_kernel
+from core_triton.attention.flash_bwd_dq_gluon import flash_bwd_dq_gluon_kernel
 from core_triton.common.launch import run_steps
 from torch_api._launch import _ensure_scratch_allocator, launch
 
@@ -124,6 +126,7 @@ def _variant_rows(shape, name, run, variants, ref, plan_us):
 
 def main():
     _ensure_scratch_allocator()  # the descriptors live in global scratch
+    flash.set_gluon_backward("off")  # the reference: the Triton kernels' launches
     timing = os.environ.get("GLUON_BWD_TIME", "1") != "0"
     print("| shape | draft, block, stages | err 1 (dK / dQ) | err 2 (dV / delta) | NaN | plan us | Gluon us |"
           " plan / Gluon |")  # fmt: skip

@@ -73,7 +73,7 @@ from core_triton.attention.flash_options import (  # noqa: F401 (the op's public
     validate,
     window_pair,
 )
-from core_triton.attention.flash_tma_plans import ws_forward
+from core_triton.attention.flash_tma_plans import gluon_backward, ws_forward
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import interpreter_requested
 from core_triton.common.utils import cached_checks, cdiv, next_power_of_2
@@ -97,6 +97,16 @@ def set_gluon_forward(mode: str) -> None:
     if mode not in ("auto", "on", "off"):
         raise ValueError(f"mode must be 'auto', 'on' or 'off', got {mode!r}")
     flash_tma_plans.GLUON_FORWARD = mode
+    replan()
+
+
+def set_gluon_backward(mode: str) -> None:
+    """The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon):
+    "auto" (sm_90 GPUs, long sequences), "on" (every length on a GPU,
+    unsplit dK/dV) or "off"; plans made before are dropped."""
+    if mode not in ("auto", "on", "off"):
+        raise ValueError(f"mode must be 'auto', 'on' or 'off', got {mode!r}")
+    flash_tma_plans.GLUON_BACKWARD = mode
     replan()
 
 
@@ -432,8 +442,10 @@ def attention_plans(
         In("bias") if bias is not None else In("q"),
         *scalars,
     )
+    # The Gluon backward for the calls the Gluon forward could take.
+    hopper = functools.partial(gluon_backward, q, k, v, opts, plain, sink, out_dtype, grad_dtype)
     shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
-                        kernel_and_grid, gated_pair if ranged else None)  # fmt: skip
+                        kernel_and_grid, gated_pair if ranged else None, hopper)  # fmt: skip
     grads, dbias = backward_plans(shared)
     return AttentionPlans(forward, grads, dbias, tuple(qoff), tuple(koff))
 

@@ -76,6 +76,7 @@ class GradShared:
     config: Callable
     kernel_and_grid: Callable
     gate: Callable | None = None
+    hopper: Callable | None = None
 
 
 def backward_plans(shared: GradShared):
@@ -101,6 +102,13 @@ def backward_plans(shared: GradShared):
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
+        hopper_dkdv, hopper_dq = shared.hopper(do, o, dlse) if shared.hopper else (None, None)
+        dkdv_steps = (hopper_dkdv,) if hopper_dkdv else dkdv_launches(gdt, strides, consts)
+        dq_steps = (hopper_dq,) if hopper_dq else dq_launches(gdt, strides, consts, do, o, dlse)
+        return dkdv_steps, dq_steps
+
+    def dkdv_launches(gdt, strides, consts):
+        """flash_bwd_dkdv_kernel's launches (and the split's sum)."""
         chosen = config("dkdv", DKDV_CONFIGS, splits=None)
         # The split is fixed before an autotuned tile is known (and head dim
         # 64's measured tiles depend on it): 64 keys a block.
@@ -143,6 +151,10 @@ def backward_plans(shared: GradShared):
                     num_stages=1,
                 ),
             )
+        return dkdv_steps
+
+    def dq_launches(gdt, strides, consts, do, o, dlse):
+        """flash_bwd_dq_kernel's launches."""
         dq_tiles = functools.partial(kernel_and_grid, ("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
         kernel, grid, block, w, s, cap = dq_tiles()
         # The dQ kernel reads the output where the others read delta (it
@@ -168,7 +180,7 @@ def backward_plans(shared: GradShared):
             num_stages=s,
             maxnreg=cap,
         )
-        return dkdv_steps, ((dq,) if shared.gate is None else shared.gate(dq, None, dq_tiles(False)))
+        return (dq,) if shared.gate is None else shared.gate(dq, None, dq_tiles(False))
 
     @functools.lru_cache(maxsize=8)
     def dbias(do: TensorInfo) -> LaunchPlan | None:

@@ -1,7 +1,8 @@
 """The tensor-descriptor flash kernels: the warp-specialised forwards for
 Hopper (flash_fwd_gluon.py, written in Gluon, and flash_fwd_ws.py, Triton's
-own pass; on by default on sm_90 GPUs), their switches, configs and
-launch.  core_triton.attention.flash takes it where it applies
+own pass; on by default on sm_90 GPUs) and the Gluon backward
+(flash_bwd_dq_gluon.py, flash_bwd_dkdv_gluon.py), their switches, configs
+and launches.  core_triton.attention.flash takes it where it applies
 (``flash.set_ws_forward``).  The opt-in descriptor kernels of issue 15
 (a forward and a backward that reached no target) were deleted; git
 history has them (flash_fwd_tma.py, flash_bwd_tma.py, before commit
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import os
 
-from core_triton.attention import flash_fwd_gluon
-from core_triton.attention.flash_configs import program_grid, program_order
+from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon, flash_fwd_gluon
+from core_triton.attention.flash_configs import dkdv_splits, program_grid, program_order
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import cuda_capability, interpreter_requested
+from core_triton.common.runtime import cuda_capability, interpreter_requested, multiprocessor_count
 from core_triton.common.utils import cdiv, next_power_of_2
 
 
@@ -57,9 +58,30 @@ WS_MIN_LEN = 2048
 # causal (cuDNN 608 / 552), flash_fwd_ws_kernel 531 / 500 before; B16 H16
 # T2k 500 / 381 against flash_fwd_ws_kernel's 451 / 369.  Head dim 64 ran
 # no faster than flash_fwd_kernel (409 / 367 against 409 / 380 at T8k).
+# From 1024 on: at B32 H16 T1k (39th session) it took 641 / 470 us full /
+# causal against flash_fwd_kernel's 738 / 482; shorter was not measured.
 GLUON_FORWARD = os.environ.get("TWINKERNELS_FLASH_GLUON", "auto")
 GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
-GLUON_MIN_LEN = 2048
+GLUON_MIN_LEN = 1024
+
+# The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
+# calls the Gluon forward takes, without an lse cotangent for dQ: its own
+# switch, the same values (TWINKERNELS_FLASH_GLUON_BWD before import, or
+# flash.set_gluon_backward).  Configs per head dim, (BM, BN, num_warps,
+# STAGES, maxnreg).  H200, B4 H16 T8k D128 full / causal, us
+# (bench.probes.gluon_bwd, 39th session): dQ 4773 / 2534 against
+# flash_bwd_dq_kernel's 6134 / 3149, at B16 T2k 1399 / 876 against 1804 /
+# 1084, at B1 T4k 32:4 causal 366 against 422; dK/dV 7437 / 4305 against
+# 8738 / 4492, at B16 T2k 2193 / 1353 against 2321 / 1335.  So dK/dV
+# causal from GLUON_DKDV_CAUSAL_MIN_LEN keys on, and only where
+# flash_bwd_dkdv_kernel would not split a key block's query-head group over
+# several programs (flash_configs.dkdv_splits): at B1 T4k 32:4, 128
+# programs of 8 query heads each, it took 924 us against the split's 615.
+GLUON_BACKWARD = os.environ.get("TWINKERNELS_FLASH_GLUON_BWD", "auto")
+GLUON_DQ_CONFIGS = {128: (128, 128, 4, 2, 168)}
+GLUON_DKDV_CONFIGS = {128: (64, 128, 4, 2, 168)}
+GLUON_BWD_MIN_LEN = 2048
+GLUON_DKDV_CAUSAL_MIN_LEN = 4096
 
 
 def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
@@ -70,10 +92,14 @@ def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
     return mode == "on"
 
 
-def _gluon_wanted(Tq: int, Tk: int) -> bool:
+def _gluon_wanted(Tq: int, Tk: int, mode: str | None = None, min_len: int | None = None) -> bool:
+    """A Gluon kernel's switch (the forward's unless ``mode`` and
+    ``min_len`` are given): never under the interpreter or without Gluon."""
     if flash_fwd_gluon.flash_fwd_gluon_kernel is None or interpreter_requested():
         return False
-    return _switched_on(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
+    if mode is None:
+        mode, min_len = GLUON_FORWARD, GLUON_MIN_LEN
+    return _switched_on(mode, min_len, Tq, Tk)
 
 
 def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
@@ -179,3 +205,58 @@ def ws_forward(
         num_warps=w,
         num_stages=s,
     )
+
+
+def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dlse):
+    """``(dkdv, dq)``: the Gluon backward's launches where they apply, each
+    a LaunchPlan or None (the plan's Triton kernels then).  Where the Gluon
+    forward could run (plain or causal, half precision, head dim 128, row-
+    major, no sinks, outputs and gradients in the inputs' dtype) and the
+    cotangent ``do`` and output ``o`` are row-major in that dtype, on the
+    switch's lengths.  dQ: ``q, k, v, o, do, lse`` -> ``dq, delta`` (none
+    with an ``lse`` cotangent, ``dlse``); dK/dV: ``q, k, v, do, lse,
+    delta`` -> ``dk, dv``, with GLUON_BACKWARD "auto" only where the
+    Triton kernel would not split its query-head group (see above)."""
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    if (
+        sink is not None
+        or grad_dtype not in (None, q.dtype)
+        or D not in GLUON_DQ_CONFIGS
+        or not _applies(q, k, v, opts, plain, out_dtype)
+        or not all(t.dtype == q.dtype and _row_major(t) for t in (do, o))
+        or not _gluon_wanted(Tq, Tk, GLUON_BACKWARD, GLUON_BWD_MIN_LEN)
+    ):
+        return None, None
+    common = dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal)
+    dq = None
+    if not dlse:
+        bm, bn, w, stages, cap = GLUON_DQ_CONFIGS[D]
+        dq = LaunchPlan(
+            kernel=flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel,
+            grid=(cdiv(Tq, bm), B * HQ),
+            params=(In("q"), In("k"), In("v"), In("o"), In("do"), In("lse"), opts.scale, B, Tq, Tk),
+            outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
+            output_names=("dq", "delta"),
+            constexprs=dict(common, BM=bm, BN=bn, STAGES=stages),
+            num_warps=w,
+            maxnreg=cap,
+        )
+    bm, bn, w, stages, cap = GLUON_DKDV_CONFIGS[D]
+    auto = GLUON_BACKWARD == "auto"
+    if auto and (
+        (opts.causal and min(Tq, Tk) < GLUON_DKDV_CAUSAL_MIN_LEN)
+        or dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count()) > 1
+    ):
+        return None, dq
+    dkdv = LaunchPlan(
+        kernel=flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel,
+        grid=(cdiv(Tk, bn), B * H),
+        params=(In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), opts.scale, B, Tq, Tk),
+        outputs=(OutputSpec((B, Tk, H, D), q.dtype), OutputSpec((B, Tk, H, D), q.dtype)),
+        output_names=("dk", "dv"),
+        constexprs=dict(common, BM=bm, BN=bn, STAGES=stages),
+        num_warps=w,
+        maxnreg=cap,
+    )
+    return dkdv, dq

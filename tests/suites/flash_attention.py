@@ -90,6 +90,13 @@ def gluon_forward_set(fw, mode: str):
     return _flash_setting(fw, flash.set_gluon_forward, flash_tma_plans.GLUON_FORWARD, mode)
 
 
+def gluon_backward_set(fw, mode: str):
+    """The Gluon backward's switch at ``mode``, then as it was."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    return _flash_setting(fw, flash.set_gluon_backward, flash_tma_plans.GLUON_BACKWARD, mode)
+
+
 def gluon_forward_runs() -> bool:
     """The Gluon forward can run here: an sm_90 GPU, not the interpreter,
     a Triton with Gluon."""
@@ -829,7 +836,7 @@ class FlashAttentionSuite(KernelLevelCases):
     @pytest.mark.parametrize("case", sorted(GLUON_CASES))
     def test_gluon_forward(self, case, monkeypatch):
         """The Gluon forward (flash_fwd_gluon, the plan's pick on sm_90 at
-        head dim 128 from 4096 queries and keys; forced on here at every
+        head dim 128 from 1024 queries and keys; forced on here at every
         length) matches the float64 reference, forward and every gradient
         (the main backward kernels take its lse): partial query and key
         blocks with several batches, Tq above and below Tk causal, grouped
@@ -847,9 +854,9 @@ class FlashAttentionSuite(KernelLevelCases):
 
     def test_gluon_forward_where_it_applies(self):
         """On an sm_90 GPU the plan takes the Gluon forward by itself for
-        plain and causal half-precision attention at head dim 128 from 2048
+        plain and causal half-precision attention at head dim 128 from 1024
         queries and keys, and Triton's warp-specialised one with sinks; the
-        main kernel below 2048 and at head dim 64 (plans only)."""
+        main kernel below 1024 and at head dim 64 (plans only)."""
         from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
         from core_triton.common.launch import TensorInfo
 
@@ -861,7 +868,8 @@ class FlashAttentionSuite(KernelLevelCases):
             (8192, 128, {}, False, gluon),
             (4096, 128, {}, True, ws),
             (2048, 128, {"causal": True}, False, gluon),
-            (1024, 128, {"causal": True}, False, None),
+            (1024, 128, {"causal": True}, False, gluon),
+            (512, 128, {"causal": True}, False, None),
             (8192, 64, {}, False, None),
         ):
             q = TensorInfo((2, T, 4, D), "bfloat16", (T * 4 * D, 4 * D, D, 1))
@@ -937,6 +945,135 @@ class FlashAttentionSuite(KernelLevelCases):
             assert seen[0].kernel is flash_fwd_gluon.flash_fwd_gluon_kernel
             ref = attention_ref(q[:1], k[:1], v[:1], causal=causal)["out"]
             assert_close(out[:1], ref, "bfloat16", f"batch 0, T {T}")
+
+    @pytest.mark.parametrize("dlse", [False, True])
+    @pytest.mark.parametrize("case", sorted(GLUON_CASES))
+    def test_gluon_backward(self, case, dlse, monkeypatch):
+        """The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon; the
+        plan's pick on sm_90 at head dim 128 from 2048 queries and keys,
+        forced on here at every length, the dK/dV kernel unsplit for grouped
+        heads too) matches the float64 reference in every gradient, after
+        the Gluon forward (the GLUON_CASES above).  With an ``lse``
+        cotangent the dQ launch is the Triton kernel's and the Gluon dK/dV
+        reads its ``delta``."""
+        from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        shape, options, dtype = GLUON_CASES[case]
+        self._kernel_level(True)
+        with ws_forward_on(self.fw, gluon="on"), gluon_backward_set(self.fw, "on"):
+            seen = spy_launches(self.fw, monkeypatch)
+            self._check(make_case(np.random.default_rng(30), **shape), options, dtype=dtype, dlse=dlse)
+        kernels = [plan.kernel for plan in seen]
+        assert flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel in kernels, kernels
+        assert (flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel in kernels) != dlse, kernels
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_gluon_backward_batches_isolated(self, causal, monkeypatch):
+        """The Gluon backward reads each batch through its own descriptors:
+        batch 1's infinite key and NaN values reach none of batch 0's
+        gradients, with partial blocks (T 45) and whole ones (T 128)."""
+        from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        fw, rng = self.fw, np.random.default_rng(31)
+        for T in (45, 128):
+            q, k, v, k_bad, v_bad = self._poisoned_batches(rng, T)
+            do = fw.numpy(fw.array(rng.standard_normal(q.shape), "bfloat16"))
+            with ws_forward_on(fw, gluon="on"), gluon_backward_set(fw, "on"):
+                seen = spy_launches(fw, monkeypatch)
+                arrays = {
+                    n: fw.array(x, "bfloat16") for n, x in (("query", q), ("key", k_bad), ("value", v_bad))
+                }
+
+                def fn(**d):
+                    return (fw.api.flash_attention(**d, causal=causal),)
+
+                _, grads = vjp(fw, fn, arrays, (fw.array(do, "bfloat16"),))
+            kernels = [plan.kernel for plan in seen]
+            assert flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel in kernels, kernels
+            assert flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel in kernels, kernels
+            ref = attention_ref(q[:1], k[:1], v[:1], causal=causal, do=do[:1])
+            for name, short in (("query", "dq"), ("key", "dk"), ("value", "dv")):
+                assert_close(fw.numpy(grads[name])[:1], ref[short], "bfloat16", f"{short} of batch 0, T {T}")
+
+    def test_gluon_backward_where_it_applies(self):
+        """On an sm_90 GPU the plan takes the Gluon dQ for plain and causal
+        half-precision attention at head dim 128 from 2048 queries and keys
+        (not with an ``lse`` cotangent), and the Gluon dK/dV there too, but
+        causal only from 4096 and never where the Triton kernel would split
+        the query-head group; the Triton kernels otherwise (plans only)."""
+        from core_triton.attention import flash, flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
+        from core_triton.common.launch import TensorInfo
+
+        if not gluon_forward_runs():
+            pytest.skip("the plan's own choice on an sm_90 GPU")
+        dq_g, dkdv_g = (
+            flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel,
+            flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel,
+        )
+        for B, T, HQ, H, D, options, dlse, want_dq, want_dkdv in (
+            (4, 8192, 16, 16, 128, {}, False, True, True),
+            (4, 8192, 16, 16, 128, {"causal": True}, False, True, True),
+            (4, 8192, 16, 16, 128, {"causal": True}, True, False, True),
+            (8, 4096, 16, 16, 128, {"causal": True}, False, True, True),
+            (16, 2048, 16, 16, 128, {}, False, True, True),
+            (16, 2048, 16, 16, 128, {"causal": True}, False, True, False),
+            (1, 4096, 32, 4, 128, {"causal": True}, False, True, False),  # the Triton dK/dV splits
+            (32, 1024, 16, 16, 128, {}, False, False, False),
+            (4, 8192, 16, 16, 64, {}, False, False, False),
+            (4, 8192, 16, 16, 128, {"sliding_window": 256}, False, False, False),
+        ):
+            q = TensorInfo((B, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
+            kv = TensorInfo((B, T, H, D), "bfloat16", (T * H * D, H * D, D, 1))
+            dkdv, dq = flash.plans(q, kv, kv, **options)[0].grads(q, q, dlse)
+            kernels = [plan.kernel for plan in dkdv + dq]
+            case = (B, T, HQ, H, D, options, dlse)
+            assert (dq_g in kernels) == want_dq and (dkdv_g in kernels) == want_dkdv, (case, kernels)
+
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_gluon_backward_wgmma_pipelined(self, causal, tmp_path):
+        """ptxas keeps the Gluon backward's wgmma asynchronous (no warning
+        C7514: test_gluon_forward_wgmma_pipelined says why it matters), at
+        168 registers: the plan's dQ and dK/dV at B4 H16 T8k D128, full and
+        causal, compiled for sm_90a as the GPU runs them.  dQ does not
+        spill; dK/dV at BM 64 spilled 96-136 bytes in Triton 3.6 (and ran
+        fastest all the same): pinned below 200, to see if it grows."""
+        import re
+        import subprocess
+
+        from triton import knobs
+
+        from core_triton.attention import flash, flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
+        from core_triton.common import compiled
+        from core_triton.common.launch import TensorInfo
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level()
+        T, HQ, D = 8192, 16, 128
+        q = TensorInfo((4, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
+        dkdv, dq = flash.plans(q, q, q, causal=causal)[0].grads(q, q, False)
+        assert [p.kernel for p in dkdv + dq] == [
+            flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel,
+            flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel,
+        ]
+        dtypes = dict.fromkeys(("q", "k", "v", "o", "do"), "bfloat16") | {
+            "lse": "float32",
+            "delta": "float32",
+        }
+        for plan, most_spilled in ((dq[0], 0), (dkdv[0], 199)):
+            ptx = tmp_path / f"{plan.output_names[0]}.ptx"
+            ptx.write_text(compiled.compile_plan(plan, dtypes, 90).ptx)
+            cmd = [knobs.nvidia.ptxas.path, "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "bwd.cubin")]
+            run = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            assert "Used 168 registers" in run.stderr, run.stderr
+            assert "C7514" not in run.stderr and "serialized" not in run.stderr, run.stderr
+            spilled = int(re.search(r"(\d+) bytes spill stores", run.stderr).group(1))
+            assert spilled <= most_spilled, (plan.output_names, run.stderr)
 
     def test_ws_forward_falls_back(self, monkeypatch):
         """Where the warp-specialised forward does not apply (float32, a

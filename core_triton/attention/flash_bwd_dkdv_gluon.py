@@ -1,6 +1,6 @@
-"""A draft flash-attention dK/dV for Hopper (sm_90) written in Gluon, kept
-beside its probe (bench.probes.gluon_bwd) until it has run on a GPU; no
-plan takes it.
+"""Flash attention's dK/dV for Hopper (sm_90) written in Gluon: the plan's
+pick for plain and causal half-precision attention at head dim 128 on
+sm_90 GPUs (core_triton.attention.flash_tma_plans.gluon_backward).
 
 The forward's split (flash_fwd_gluon) for the backward's key side, after
 FlashAttention-3's backward: a program owns ``BN`` keys of one (batch, key
@@ -17,7 +17,8 @@ groups own ``BN / 2`` keys each and walk the same ring:
 with both products of a block retired before the next block starts (no
 accumulator in flight across the loop's back edge: flash_fwd_gluon's
 docstring says why).  ``dK`` is scaled by ``scale`` once at the end.  dQ
-stays flash_bwd_dq_kernel's (it also makes ``delta``).
+and ``delta`` come from the dQ launch before it (flash_bwd_dq_gluon or
+flash_bwd_dq_kernel).
 
 Inputs as flash_bwd_dkdv_kernel's for plain or causal attention: ``q, do
 [B, Tq, HQ, D]``, ``k, v [B, Tk, H, D]`` contiguous bfloat16/float16,
@@ -27,8 +28,12 @@ Inputs as flash_bwd_dkdv_kernel's for plain or causal attention: ``q, do
 ``lse`` as ``+inf`` (so ``P`` is 0 there); keys past ``Tk`` give rows that
 are never stored.  Descriptors per batch, on the device, as the forward's.
 
-Compiled for sm_90 offline only so far (168 registers; no spills at ``BM``
-32, 100-120 bytes at 64; ptxas keeps its wgmma asynchronous).
+Compiled for sm_90 with 168 registers a thread; ptxas keeps its wgmma
+asynchronous (no warning C7514; tests/suites/flash_attention.py pins it).
+At ``BM`` 64 (the plan's) it spills 100-120 bytes and still ran fastest
+on the H200 (bench.probes.gluon_bwd, 39th session): B4 H16 T8k 7437 /
+4305 us full / causal against flash_bwd_dkdv_kernel's 8738 / 4492 (``BM``
+32: 8381 / 6502).
 """
 
 from core_triton.attention.flash_common import LOG2E
