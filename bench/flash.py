@@ -5,9 +5,10 @@ forward+backward, TFLOP/s (4*B*HQ*T*T*D forward, 2.5x that more for the
 backward, halved when causal) and the ratio to cuDNN (SDPA's cuDNN back end
 for PyTorch, ``jax.nn.dot_product_attention(implementation="cudnn")`` for
 JAX).  Ours in both bindings with the plan's own kernels, and with the
-Gluon forward switched off (``gluon off``: Triton's warp-specialised
-forward where the plan took the Gluon one, the kernels before it), SDPA's
-flash back end (FlashAttention-2) beside.
+Gluon kernels switched off (``gluon off``: Triton's warp-specialised
+forward and the Triton backward where the plan took the Gluon forward and
+backward, the kernels before them), SDPA's flash back end
+(FlashAttention-2) beside.
 
 ``TWINKERNELS_FLASH_CASES`` (comma-separated substrings of the case names)
 runs some of the cases."""
@@ -129,7 +130,7 @@ def run(progress=None) -> list[dict]:
     from core_triton.attention import flash, flash_tma_plans
 
     rows = []
-    mode_before = flash_tma_plans.GLUON_FORWARD
+    modes_before = flash_tma_plans.GLUON_FORWARD, flash_tma_plans.GLUON_BACKWARD
     try:
         for case in _cases():
             name, B, T, HQ, H, D, causal = case
@@ -146,7 +147,9 @@ def run(progress=None) -> list[dict]:
                     for impl, (fn, sync) in made.items():
                         if isinstance(times[impl], str):
                             continue
-                        flash.set_gluon_forward("off" if "gluon off" in impl else "auto")
+                        gluon = "off" if "gluon off" in impl else "auto"
+                        flash.set_gluon_forward(gluon)
+                        flash.set_gluon_backward(gluon)
                         if "jax" in impl:
                             # The binding's jitted op keeps its trace (and so
                             # its plan) per shape: trace again under this switch.
@@ -171,7 +174,8 @@ def run(progress=None) -> list[dict]:
                 del made
                 torch.cuda.empty_cache()
     finally:
-        flash.set_gluon_forward(mode_before)
+        flash.set_gluon_forward(modes_before[0])
+        flash.set_gluon_backward(modes_before[1])
         _ratios(rows)
         save("flash", rows, {"device": torch.cuda.get_device_name(), "dtype": "bfloat16"})
         print(markdown_table(rows, ["case", "mode", "impl", "ms", "TFLOP/s", "vs cuDNN"]))
