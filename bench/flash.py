@@ -11,7 +11,8 @@ backward, the kernels before them), SDPA's flash back end
 (FlashAttention-2) beside.
 
 ``TWINKERNELS_FLASH_CASES`` (comma-separated substrings of the case names)
-runs some of the cases."""
+runs some of the cases; ``TWINKERNELS_FLASH_ROUNDS`` rounds (default 3)
+over the implementations, medians reported."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ CASES = [  # name, B, T, HQ, H, D, causal
     ("B16 T2k D64 full", 16, 2048, 16, 16, 64, False),
     ("B16 T2k D64 causal", 16, 2048, 16, 16, 64, True),
 ]
-ROUNDS = 3
+ROUNDS = int(os.environ.get("TWINKERNELS_FLASH_ROUNDS", "3"))
 IMPLS = [
     "twinkernels torch",
     "twinkernels torch (gluon off)",
@@ -143,8 +144,13 @@ def run(progress=None) -> list[dict]:
                         times[impl] = f"error: {type(e).__name__}: {str(e)[:100]}"
                 # Rounds over the implementations, each timed in turn: the
                 # H100's clocks drift over a run by more than the gaps measured.
-                for _ in range(ROUNDS):
-                    for impl, (fn, sync) in made.items():
+                for r in range(ROUNDS):
+                    # Each round starts one implementation later: none is
+                    # always timed right after the same other (the GPU's
+                    # clocks after a heavy one).
+                    order = list(made.items())
+                    order = order[r % len(order) :] + order[: r % len(order)]
+                    for impl, (fn, sync) in order:
                         if isinstance(times[impl], str):
                             continue
                         gluon = "off" if "gluon off" in impl else "auto"

@@ -315,6 +315,10 @@ class FlashSegmentsSuite(KernelLevelCases):
 
         if kernel == "gluon" and not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
+        if self.fw.name == "jax" and not interpreter_requested():
+            # The interpreter's JAX launch fills outputs from NaN tensors
+            # (TWINKERNELS_POISON); on a GPU XLA allocates them, uninitialised.
+            pytest.skip("JAX's GPU outputs cannot be poisoned: the PyTorch binding runs it")
         self._kernel_level()
         fw = self.fw
         B, T = 2, 256
