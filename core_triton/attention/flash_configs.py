@@ -282,8 +282,15 @@ def program_order(
     (``flip``: the warp-specialised one), 0 for the rest.  0 wherever
     ``blocks`` (along the sequence; for an autotuned launch, its smallest
     tile's count) or ``programs`` (batch * heads [* splits]) would not fit
-    the transposed grid."""
+    the transposed grid; 1 or 2 (transposed) wherever ``programs`` is more
+    than axis 1 takes (GRID_Y_MAX), whatever PROGRAM_ORDER says."""
     fits = blocks <= GRID_Y_MAX and programs <= GRID_X_MAX
+    if programs > GRID_Y_MAX and fits:
+        # Only the transposed grid holds this many (batch, head) programs
+        # (ORDER 0 and 3 put them on axis 1): heaviest causal blocks first
+        # where the rule below would take them so.
+        heavy_first = causal and not window and not ranged and kind != "dkdv"
+        return 2 if heavy_first else 1
     if PROGRAM_ORDER is not None:
         return PROGRAM_ORDER if fits or PROGRAM_ORDER in (0, 3) else 0
     if not causal or window or ranged:

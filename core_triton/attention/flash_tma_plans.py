@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon, flash_fwd_gluon
-from core_triton.attention.flash_configs import dkdv_splits, program_grid, program_order
+from core_triton.attention.flash_configs import GRID_Y_MAX, dkdv_splits, program_grid, program_order
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
 from core_triton.common.runtime import cuda_capability, interpreter_requested, multiprocessor_count
@@ -82,6 +82,9 @@ GLUON_DQ_CONFIGS = {128: (128, 128, 4, 2, 168)}
 GLUON_DKDV_CONFIGS = {128: (64, 128, 4, 2, 168)}
 GLUON_BWD_MIN_LEN = 2048
 GLUON_DKDV_CAUSAL_MIN_LEN = 4096
+# The Gluon kernels put (batch, head) on the grid's second axis, where CUDA
+# takes at most GRID_Y_MAX programs: past it the plan keeps the Triton
+# kernels (whose grids are transposed there, flash_configs.program_order).
 
 
 def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
@@ -161,7 +164,7 @@ def ws_forward(
     _, Tk, H, _ = k.shape
     if not _applies(q, k, v, opts, plain, out_dtype):
         return None
-    if sink is None and D in GLUON_CONFIGS and _gluon_wanted(Tq, Tk):
+    if sink is None and D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX and _gluon_wanted(Tq, Tk):
         return _gluon_forward(q, k, v, opts, gate_range)
     if not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
         return None
@@ -223,6 +226,7 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
         sink is not None
         or grad_dtype not in (None, q.dtype)
         or D not in GLUON_DQ_CONFIGS
+        or B * HQ > GRID_Y_MAX
         or not _applies(q, k, v, opts, plain, out_dtype)
         or not all(t.dtype == q.dtype and _row_major(t) for t in (do, o))
         or not _gluon_wanted(Tq, Tk, GLUON_BACKWARD, GLUON_BWD_MIN_LEN)

@@ -469,7 +469,9 @@ def test_program_order_rule(monkeypatch):
     dQ from the last query block, 2; dK/dV from the first key block, 1),
     with fewer keeps 0 (the warp-specialised forward 3); a window, no mask or the ranged
     kernel keep 0, and so does a launch whose grid would not fit the
-    transposed grid (65535 programs on axis 1).  A forced order
+    transposed grid (65535 programs on axis 1).  More (batch, head)
+    programs than axis 1 takes: the transposed grid (1, or 2 where heavy
+    blocks go first), whatever else holds.  A forced order
     (flash_configs.PROGRAM_ORDER) holds wherever the grid fits."""
     rule = flash_configs.program_order
     kinds = ("fwd", "dq", "dkdv")
@@ -484,12 +486,18 @@ def test_program_order_rule(monkeypatch):
     assert rule("fwd", True, False, False, 65536, 32, 8) == 0
     assert rule("fwd", True, False, False, 65536, 32, 8, True) == 3
     assert rule("dkdv", True, False, False, 64, 2**31, 8) == 0
+    many = 65536  # (batch, head) programs past axis 1
+    assert [rule(kind, True, False, False, 64, many, 8) for kind in kinds] == [2, 2, 1]
+    assert [rule(kind, True, False, False, 64, many, 1, True) for kind in kinds] == [2, 2, 1]
+    for causal, window, ranged in ((False, False, False), (True, True, False), (True, False, True)):
+        assert [rule(kind, causal, window, ranged, 64, many, 8, True) for kind in kinds] == [1, 1, 1]
     assert flash_configs.program_grid(64, 32, 0) == flash_configs.program_grid(64, 32, 3) == (64, 32)
     assert flash_configs.program_grid(64, 32, 1) == flash_configs.program_grid(64, 32, 2) == (32, 64)
     for order in (0, 1, 2, 3):
         monkeypatch.setattr(flash_configs, "PROGRAM_ORDER", order)
         assert rule("dq", False, True, True, 64, 32) == order
         assert rule("fwd", True, False, False, 70000, 32) == (order if order in (0, 3) else 0)
+        assert rule("dq", False, False, False, 64, many) == 1
 
 
 def _orders(steps, rows, programs):
@@ -543,6 +551,12 @@ def test_causal_plans_start_the_heaviest_blocks(measured, monkeypatch):
         assert orders(causal=True, sliding_window=128) == ([0], [0], [0])
         assert orders(causal=True, **by_ids) == ([2, 0], [2, 0], [1, 0])
         assert orders(**by_ids) == ([0, 0], [0, 0], [0, 0])
+        # Past 65535 (batch, head) programs the grids are transposed.
+        B = 8200
+        q, kv = _info((B, T, HQ, 64), "bfloat16"), _info((B, T, H, 64), "bfloat16")
+        assert orders(causal=True) == ([2], [2], [1])
+        assert orders() == ([1], [1], [0])  # B * H * 2 dK/dV programs fit axis 1
+        B = 2
         monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "on")
         for D in (64, 128):  # the warp-specialised forward at 128
             q, kv = _info((B, T, HQ, D), "bfloat16"), _info((B, T, H, D), "bfloat16")

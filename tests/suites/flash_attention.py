@@ -1094,6 +1094,19 @@ class FlashAttentionSuite(KernelLevelCases):
                 assert not any(plan.kernel is flash_tma_plans.flash_fwd_ws_kernel for plan in seen), shape
                 assert any("dq" in plan.output_names for plan in seen), "the spy saw no backward"
 
+    @pytest.mark.parametrize("causal", [False, True])
+    def test_more_programs_than_grid_rows(self, causal):
+        """65600 (batch, query head) programs, past the 65535 a grid's
+        second axis takes: the plan transposes the forward's, dQ's and
+        dK/dV's grids (flash_configs.program_order) and every row is right,
+        forward and every gradient.  GPU only (the interpreter would take
+        hours over so many programs)."""
+        if interpreter_requested():
+            pytest.skip("a GPU launch of 65600 programs")
+        self._kernel_level()
+        case = make_case(np.random.default_rng(32), B=8200, Tq=20, Tk=20, HQ=8, H=2)
+        self._check(case, {"causal": causal}, dtype="bfloat16")
+
     def test_defaults_and_no_lse(self):
         fw = self.fw
         case = make_case(np.random.default_rng(7), Tq=20, Tk=20)
