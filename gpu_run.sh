@@ -16,8 +16,8 @@
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
 #   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
 #                  process a case at once (timings discarded), for the cache save;
-#   PART=gluon     the Gluon kernels' probes: the forward with and without
-#                  PINGPONG, the dK/dV and dQ kernels at several tiles, each
+#   PART=gluon     the Gluon kernels' probes: the forward and its persistent
+#                  draft, the dK/dV and dQ kernels at several tiles, each
 #                  beside the Triton kernels and checked first.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
@@ -101,8 +101,11 @@ fi
 if [ "$part" = gluon ]; then
   # Each checks its kernels against a reference first, then times them beside
   # the plan's launches (bench.probes.gluon_flash, bench.probes.gluon_bwd).
-  GLUON_FLASH_MODULES=core,core-pingpong timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
-  timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_bwd 2>&1 | tee "$out/gluon_bwd.log"
+  # GLUON_FLASH_MODULES picks the forwards (default: the library's, and the
+  # persistent draft by its rule and with one program a head); GLUON_BWD=0
+  # leaves out the backward's probe.
+  GLUON_FLASH_MODULES=${GLUON_FLASH_MODULES:-core,persistent,persistent-1} timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
+  [ "${GLUON_BWD:-1}" = 0 ] || timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_bwd 2>&1 | tee "$out/gluon_bwd.log"
 fi
 if [ "$part" = probe ]; then
   # The large-tile chunk cases that never finished on the GPU, launch by

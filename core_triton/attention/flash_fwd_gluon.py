@@ -94,10 +94,11 @@ if AVAILABLE:
         return s
 
     @gluon.jit
-    def _step(j, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
+    def _step(j, r, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
               CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr, turns, HALF: gl.constexpr,
               PINGPONG: gl.constexpr):  # fmt: skip
-        """Key block ``j`` of one consumer group, after FlashAttention-3's
+        """Key block ``j`` of one consumer group, the ring's ``r``-th use
+        (``j`` itself for a program of one query block), after FlashAttention-3's
         intra-warpgroup overlap: ``S_j = Q K_j^T`` and ``P_{j-1} V_{j-1}``
         issued back to back, the softmax of ``S_j`` while the second runs,
         then the rescale.  On entry ``acc`` holds blocks ``< j - 1`` and
@@ -110,15 +111,15 @@ if AVAILABLE:
         products do (FlashAttention-3's inter-warpgroup schedule)."""
         k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        slot = r % STAGES
+        prev = (r - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
         if PINGPONG:
             # A fresh mbarrier counts as having completed the phase before
             # phase 0: group 0's first wait passes at once.
             mbarrier.wait(turns.index(HALF), ((j - 1) & 1) ^ (1 - HALF))
         s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((r - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turns.index(1 - HALF), count=1)
@@ -179,11 +180,11 @@ if AVAILABLE:
         # Blocks 1 .. n_blocks - 2 unmasked, then the last one masked (see the
         # module docstring).  Nothing is in flight from one block to the next.
         for j in range(1, n_blocks - 1):
-            acc, p_op, m_i, l_i = _step(j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
+            acc, p_op, m_i, l_i = _step(j, j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
                                         offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF, PINGPONG)  # fmt: skip
         if n_blocks > 1:
-            acc, p_op, m_i, l_i = _step(n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op, m_i, l_i,
-                                        qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
+            acc, p_op, m_i, l_i = _step(n_blocks - 1, n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op,
+                                        m_i, l_i, qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
                                         PINGPONG)  # fmt: skip
 
         # The last block's P V.

@@ -1,0 +1,256 @@
+"""A draft persistent variant of the Gluon flash forward
+(core_triton.attention.flash_fwd_gluon), kept beside its probe
+(bench.probes.gluon_flash, variant ``persistent``) until it has run on a
+GPU; no plan takes it.
+
+Why: fitted over the H200's times at B4 H16 T8k and B16 H16 T2k (both
+4096 programs, 32 waves of one program an SM), a program of the Gluon
+forward costs about 7 us besides 1.65 us a key block: barrier set-up, four
+descriptors written to global scratch, Q's first load, the pipeline's
+ramp, the output's store.  At T2k (16 key blocks a program) that is a
+fifth of the launch, where the forward runs at 0.85-0.90 of cuDNN (target
+0.90).  Here a program takes several query blocks of one (batch, query
+head) in turn: ``TILES`` programs share a row, program ``p`` taking query
+blocks ``p, p + TILES, ...`` (causal: counted from the last, heaviest
+first), so its set-up is paid once and, while the consumers finish a
+block (its last ``P V``, the output), the producer already loads the next
+block's Q and keys.
+
+Differences from the one-block kernel: the ring's position runs on across
+blocks (``_step``'s ``r``); Q has its own pair of barriers (``q_ready``,
+and ``q_empty``, which both consumer groups release after their last
+``S`` of a block); the output leaves from registers (masked stores) rather
+than through Q's buffer by TMA, since Q's buffer takes the next block's
+rows while the consumers still normalise the last.  Everything else
+(``_step``, masking only the last key block, the softmax) is the
+one-block kernel's.  Plain or causal, no gate.
+
+Inputs and outputs as flash_fwd_gluon_kernel's.  Grid ``(TILES, B *
+HQ)``.
+"""
+
+from core_triton.attention.flash_common import LN2, LOG2E
+from core_triton.attention.flash_fwd_gluon import _masked, _step
+from core_triton.attention.gluon_parts import (
+    AVAILABLE,
+    batch_rows,
+    fill_slot,
+    gl,
+    gluon,
+    mbarrier,
+    ring,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+if AVAILABLE:
+
+    @gluon.jit
+    def _query_block(t, n_m, CAUSAL: gl.constexpr):
+        """The query block of a program's ``t``-th tile index (causal: the
+        last block first)."""
+        return n_m - 1 - t if CAUSAL else t
+
+    @gluon.jit
+    def _key_blocks(m0, Tk, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+        end = gl.minimum(Tk, m0 + BM) if CAUSAL else Tk
+        return gl.cdiv(end, BN)
+
+    @gluon.jit
+    def _producer(descs, q_smem, k_bufs, v_bufs, bars, first, stride, n_m, col_q, col_k, Tk,
+                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp: for each query block of the program, its Q once both
+        consumer groups are done with the last one's, then K and V of
+        each key block it sees into the ring."""
+        q_desc, k_desc, v_desc = descs
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+        r = 0
+        i = 0
+        for t in range(first, n_m, stride):
+            m0 = _query_block(t, n_m, CAUSAL) * BM
+            # A fresh mbarrier counts as having completed the phase before 0.
+            mbarrier.wait(q_empty, (i & 1) ^ 1)
+            mbarrier.expect(q_ready, q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [m0, col_q], q_ready, q_smem)
+            n_blocks = _key_blocks(m0, Tk, CAUSAL, BM, BN)
+            for j in range(n_blocks):
+                fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, r + j)
+                fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, r + j)
+            r += n_blocks
+            i += 1
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                  D: gl.constexpr):  # fmt: skip
+        """One warp group: rows ``HALF * BM / 2`` on of each of the
+        program's query blocks in turn."""
+        (
+            q_smem,
+            k_bufs,
+            v_bufs,
+            bars,
+            OUT,
+            LSE,
+            qk_scale,
+            first,
+            stride,
+            n_m,
+            out_base,
+            width,
+            col_q,
+            lse_row,
+        ) = shared[:14]
+        Tq, Tk = shared[14:]
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
+        )
+        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
+        )
+        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        cols_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+        q_rows = q_smem.slice(HALF * ROWS, ROWS)
+        ring_bufs = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
+        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
+        turns = q_ready  # PINGPONG off: unused
+        r = 0
+        i = 0
+        for t in range(first, n_m, stride):
+            m0 = _query_block(t, n_m, CAUSAL) * BM
+            r0 = m0 + HALF * ROWS
+            n_blocks = _key_blocks(m0, Tk, CAUSAL, BM, BN)
+            offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+
+            # Block 0 (masked when it is the last).
+            mbarrier.wait(q_ready, i & 1)
+            slot = r % STAGES
+            mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
+            s = warpgroup_mma(
+                q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
+            )
+            s = warpgroup_mma_wait(0, deps=(s,))
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            if n_blocks == 1:
+                s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
+            m_i = gl.max(s, 1) * qk_scale
+            p = gl.exp2(s * qk_scale - m_i[:, None])
+            l_i = gl.sum(p, 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+
+            for j in range(1, n_blocks - 1):
+                acc, p_op, m_i, l_i = _step(j, r + j, False, q_rows, ring_bufs, s_zero, acc, p_op, m_i, l_i,
+                                            qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
+                                            False)  # fmt: skip
+            if n_blocks > 1:
+                acc, p_op, m_i, l_i = _step(n_blocks - 1, r + n_blocks - 1, True, q_rows, ring_bufs, s_zero,
+                                            acc, p_op, m_i, l_i, qk_scale, offs_m, Tk, CAUSAL, BN, rows_o,
+                                            turns, HALF, False)  # fmt: skip
+            # Every S of this block has retired: Q's buffer may take the next.
+            mbarrier.arrive(q_empty, count=1)
+
+            last = (r + n_blocks - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((r + n_blocks - 1) // STAGES) & 1)
+            acc = warpgroup_mma(p_op, v_bufs.index(last), acc, is_async=True)
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index(last), count=1)
+
+            out = acc / gl.convert_layout(l_i, rows_o)[:, None]
+            # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
+            gl.store(LSE + lse_row + offs_m, (m_i + gl.log2(l_i)) * LN2, mask=offs_m < Tq)
+            rows = r0 + gl.arange(0, ROWS, layout=rows_o)
+            at = (
+                out_base
+                + (rows.to(gl.int64) * width + col_q)[:, None]
+                + gl.arange(0, D, layout=cols_o)[None, :]
+            )
+            gl.store(OUT + at, out.to(dtype), mask=(rows < Tq)[:, None])
+            r += n_blocks
+            i += 1
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_fwd_gluon_persistent_kernel(
+        Q,
+        K,
+        V,
+        scale,
+        B,
+        Tq,
+        Tk,
+        OUT,
+        LSE,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Grid ``(TILES, B * HQ)``: program ``p`` of row ``bh`` takes query
+        blocks ``p, p + TILES, ...`` of that (batch, query head).  Launched
+        as the one-block kernel (``num_warps`` 4, ``maxnreg`` 168)."""
+        gl.static_assert(BM == BN, "the mask is applied to the last key block only")
+        first = gl.program_id(0)
+        stride = gl.num_programs(0)
+        pid_bh = gl.program_id(1)
+        b = (pid_bh // HQ).to(gl.int64)
+        hq = pid_bh % HQ
+        h = hq // (HQ // H)
+        n_m = gl.cdiv(Tq, BM)
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        descs = (
+            batch_rows(Q, b, Tq, HQ * D, BM, D, layout),
+            batch_rows(K, b, Tk, H * D, BN, D, layout),
+            batch_rows(V, b, Tk, H * D, BN, D, layout),
+        )
+        q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        q_ready, q_empty = ring(1)
+        k_ready, k_empty = ring(STAGES)
+        v_ready, v_empty = ring(STAGES)
+        bars = (q_ready.index(0), q_empty.index(0), k_ready, k_empty, v_ready, v_empty)
+        out_base = b * Tq * (HQ * D)
+        shared = (q_smem, k_bufs, v_bufs, bars, OUT, LSE, scale * LOG2E, first, stride, n_m, out_base, HQ * D,
+                  hq * D, (b * HQ + hq) * Tq, Tq, Tk)  # fmt: skip
+        gl.warp_specialize(
+            [
+                (_consumer, (0, shared, CAUSAL, BM, BN, D)),
+                (_consumer, (1, shared, CAUSAL, BM, BN, D)),
+                (
+                    _producer,
+                    (
+                        descs,
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        bars,
+                        first,
+                        stride,
+                        n_m,
+                        hq * D,
+                        h * D,
+                        Tk,
+                        CAUSAL,
+                        BM,
+                        BN,
+                    ),
+                ),
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    # The launcher must give this kernel global scratch (its descriptors live there).
+    flash_fwd_gluon_persistent_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_fwd_gluon_persistent_kernel = None
