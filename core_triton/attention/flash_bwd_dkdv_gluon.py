@@ -30,7 +30,7 @@ are never stored.  Descriptors per batch, on the device, as the forward's.
 
 Compiled for sm_90 with 168 registers a thread; ptxas keeps its wgmma
 asynchronous (no warning C7514; tests/suites/flash_attention.py pins it).
-At ``BM`` 64 (the plan's) it spills 100-120 bytes and still ran fastest
+At ``BM`` 64 (the plan's) it spills 96-136 bytes and still ran fastest
 on the H200 (bench.probes.gluon_bwd, 39th session): B4 H16 T8k 7437 /
 4305 us full / causal against flash_bwd_dkdv_kernel's 8738 / 4492 (``BM``
 32: 8381 / 6502).

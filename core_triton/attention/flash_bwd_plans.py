@@ -10,6 +10,10 @@
   ``lse`` cotangent, read by the dK/dV and bias-gradient launches, so the
   dQ launches run first), each a tuple of launches (a gated pair with
   segment ranges, flash.gated_pair);
+* on sm_90 GPUs, for plain and causal half-precision attention at head
+  dim 128, ``grads`` takes the Gluon kernels instead where they apply
+  (flash_bwd_dq_gluon -> ``(dq, delta)``, flash_bwd_dkdv_gluon -> ``(dk,
+  dv)``, one launch each; flash_tma_plans.gluon_backward);
 * ``dbias(do)``: ``flash_bwd_dbias_kernel`` -> ``dbias`` in the bias's
   shape and dtype, None without a bias.
 """
@@ -62,8 +66,12 @@ class GradShared:
     num_stages[, maxnreg])`` or None to autotune; ``kernel_and_grid(kind,
     table, rows, programs, ranged, splits)`` -> ``(kernel, grid, consts,
     num_warps, num_stages, maxnreg)``, ``consts`` the tile and the launch
-    order ``ORDER``), and ``gate``: None, or the function that
-    splits a ranged launch into its gated pair (flash.gated_pair)."""
+    order ``ORDER``), ``gate``: None, or the function that
+    splits a ranged launch into its gated pair (flash.gated_pair), and
+    ``hopper``: None, or the function of ``(do, o, dlse, splits)`` (the
+    Triton dK/dV's split) that returns the Gluon backward's ``(dkdv, dq)``
+    launches, each None where it does not apply
+    (flash_tma_plans.gluon_backward)."""
 
     q: TensorInfo
     k: TensorInfo
@@ -102,18 +110,23 @@ def backward_plans(shared: GradShared):
         gdt = grad_dtype or q.dtype
         strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
-        hopper_dkdv, hopper_dq = shared.hopper(do, o, dlse) if shared.hopper else (None, None)
-        dkdv_steps = (hopper_dkdv,) if hopper_dkdv else dkdv_launches(gdt, strides, consts)
+        splits = dkdv_split()
+        hopper_dkdv, hopper_dq = shared.hopper(do, o, dlse, splits) if shared.hopper else (None, None)
+        dkdv_steps = (hopper_dkdv,) if hopper_dkdv else dkdv_launches(gdt, strides, consts, splits)
         dq_steps = (hopper_dq,) if hopper_dq else dq_launches(gdt, strides, consts, do, o, dlse)
         return dkdv_steps, dq_steps
 
-    def dkdv_launches(gdt, strides, consts):
-        """flash_bwd_dkdv_kernel's launches (and the split's sum)."""
+    def dkdv_split():
+        """How many programs flash_bwd_dkdv_kernel splits a key block's
+        query-head group over (flash_configs.dkdv_splits)."""
         chosen = config("dkdv", DKDV_CONFIGS, splits=None)
         # The split is fixed before an autotuned tile is known (and head dim
         # 64's measured tiles depend on it): 64 keys a block.
         bn = 64 if chosen is None else chosen[1]
-        splits = dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
+        return dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
+
+    def dkdv_launches(gdt, strides, consts, splits):
+        """flash_bwd_dkdv_kernel's launches (and the split's sum)."""
         dkdv_tiles = functools.partial(kernel_and_grid, ("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
         kernel, grid, block, w, s, cap = dkdv_tiles(splits=splits)
         grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV

@@ -117,7 +117,7 @@ if AVAILABLE:
         if PINGPONG:
             # A fresh mbarrier counts as having completed the phase before
             # phase 0: group 0's first wait passes at once.
-            mbarrier.wait(turns.index(HALF), ((j - 1) & 1) ^ (1 - HALF))
+            mbarrier.wait(turns.index(HALF), ((r - 1) & 1) ^ (1 - HALF))
         s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(prev), ((r - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)

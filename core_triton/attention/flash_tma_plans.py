@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 
 from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon, flash_fwd_gluon
-from core_triton.attention.flash_configs import GRID_Y_MAX, dkdv_splits, program_grid, program_order
+from core_triton.attention.flash_configs import GRID_Y_MAX, program_grid, program_order
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import cuda_capability, interpreter_requested, multiprocessor_count
+from core_triton.common.runtime import cuda_capability, interpreter_requested
 from core_triton.common.utils import cdiv, next_power_of_2
 
 
@@ -65,18 +65,19 @@ GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
 GLUON_MIN_LEN = 1024
 
 # The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
-# calls the Gluon forward takes, without an lse cotangent for dQ: its own
-# switch, the same values (TWINKERNELS_FLASH_GLUON_BWD before import, or
-# flash.set_gluon_backward).  Configs per head dim, (BM, BN, num_warps,
+# kind of call the Gluon forward takes (gluon_backward), without an lse
+# cotangent for dQ; its own switch and lengths (TWINKERNELS_FLASH_GLUON_BWD
+# before import, or flash.set_gluon_backward).  Configs per head dim, (BM, BN, num_warps,
 # STAGES, maxnreg).  H200, B4 H16 T8k D128 full / causal, us
 # (bench.probes.gluon_bwd, 39th session): dQ 4773 / 2534 against
 # flash_bwd_dq_kernel's 6134 / 3149, at B16 T2k 1399 / 876 against 1804 /
 # 1084, at B1 T4k 32:4 causal 366 against 422; dK/dV 7437 / 4305 against
 # 8738 / 4492, at B16 T2k 2193 / 1353 against 2321 / 1335.  So dK/dV
 # causal from GLUON_DKDV_CAUSAL_MIN_LEN keys on, and only where
-# flash_bwd_dkdv_kernel would not split a key block's query-head group over
-# several programs (flash_configs.dkdv_splits): at B1 T4k 32:4, 128
-# programs of 8 query heads each, it took 924 us against the split's 615.
+# flash_bwd_dkdv_kernel's plan would not split a key block's query-head
+# group over several programs (flash_configs.dkdv_splits, few key blocks
+# and heads): at B1 T4k 32:4, 128 programs of 8 query heads each, it took
+# 924 us against the split's 615.
 GLUON_BACKWARD = os.environ.get("TWINKERNELS_FLASH_GLUON_BWD", "auto")
 GLUON_DQ_CONFIGS = {128: (128, 128, 4, 2, 168)}
 GLUON_DKDV_CONFIGS = {128: (64, 128, 4, 2, 168)}
@@ -210,7 +211,7 @@ def ws_forward(
     )
 
 
-def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dlse):
+def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dlse, splits):
     """``(dkdv, dq)``: the Gluon backward's launches where they apply, each
     a LaunchPlan or None (the plan's Triton kernels then).  Where the Gluon
     forward could run (plain or causal, half precision, head dim 128, row-
@@ -219,13 +220,15 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
     switch's lengths.  dQ: ``q, k, v, o, do, lse`` -> ``dq, delta`` (none
     with an ``lse`` cotangent, ``dlse``); dK/dV: ``q, k, v, do, lse,
     delta`` -> ``dk, dv``, with GLUON_BACKWARD "auto" only where the
-    Triton kernel would not split its query-head group (see above)."""
+    Triton kernel would not split its query-head group (``splits``, its
+    plan's: 1 where it does not; see above)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     if (
         sink is not None
         or grad_dtype not in (None, q.dtype)
         or D not in GLUON_DQ_CONFIGS
+        or D not in GLUON_DKDV_CONFIGS
         or B * HQ > GRID_Y_MAX
         or not _applies(q, k, v, opts, plain, out_dtype)
         or not all(t.dtype == q.dtype and _row_major(t) for t in (do, o))
@@ -248,10 +251,7 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
         )
     bm, bn, w, stages, cap = GLUON_DKDV_CONFIGS[D]
     auto = GLUON_BACKWARD == "auto"
-    if auto and (
-        (opts.causal and min(Tq, Tk) < GLUON_DKDV_CAUSAL_MIN_LEN)
-        or dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count()) > 1
-    ):
+    if auto and ((opts.causal and min(Tq, Tk) < GLUON_DKDV_CAUSAL_MIN_LEN) or splits > 1):
         return None, dq
     dkdv = LaunchPlan(
         kernel=flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel,

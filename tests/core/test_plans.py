@@ -567,3 +567,82 @@ def test_causal_plans_start_the_heaviest_blocks(measured, monkeypatch):
             assert _orders(plans.forward, T, B * HQ) == [2, 0]
     finally:
         flash.replan()
+
+
+def _on_sm90(monkeypatch):
+    """Plans as on an sm_90 GPU of 132 SMs, with the Gluon kernels (a
+    stand-in object for each where this Triton has no Gluon)."""
+    from core_triton.attention import (
+        flash_bwd_dkdv_gluon,
+        flash_bwd_dq_gluon,
+        flash_bwd_plans,
+        flash_fwd_gluon,
+    )
+
+    for module in (flash, flash_configs, flash_tma_plans):
+        monkeypatch.setattr(module, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_tma_plans, "cuda_capability", lambda: 90)
+    monkeypatch.setattr(flash_bwd_plans, "multiprocessor_count", lambda: 132)
+    for module, name in (
+        (flash_fwd_gluon, "flash_fwd_gluon_kernel"),
+        (flash_bwd_dq_gluon, "flash_bwd_dq_gluon_kernel"),
+        (flash_bwd_dkdv_gluon, "flash_bwd_dkdv_gluon_kernel"),
+    ):
+        if getattr(module, name) is None:
+            monkeypatch.setattr(module, name, object())
+    for name in ("GLUON_FORWARD", "GLUON_BACKWARD", "WS_FORWARD"):
+        monkeypatch.setattr(flash_tma_plans, name, "auto")
+    flash.replan()
+    return flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel, flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel
+
+
+def test_gluon_backward_where_it_applies(monkeypatch):
+    """On an sm_90 GPU the plan takes the Gluon dQ for plain and causal
+    half-precision attention at head dim 128 from 2048 queries and keys
+    (not with an ``lse`` cotangent), and the Gluon dK/dV there too, but
+    causal only from 4096 and never where the Triton dK/dV's plan splits the
+    query-head group; the Triton kernels for anything else: shorter, head
+    dim 64, a window, float32, sinks, a cotangent in another dtype or not
+    row-major, Tq != Tk where the shorter side is short."""
+    try:
+        dq_g, dkdv_g = _on_sm90(monkeypatch)
+
+        def picked(B, Tq, Tk, HQ, H, D, options=None, dlse=False, dtype="bfloat16", do=None, sink=False):
+            q, kv = _info((B, Tq, HQ, D), dtype), _info((B, Tk, H, D), dtype)
+            aux = _info((HQ,)) if sink else None
+            plans = flash.plans(q, kv, kv, softmax_aux=aux, **(options or {}))[0]
+            dkdv, dq = plans.grads(do or q, q, dlse)
+            kernels = [p.kernel for p in dkdv + dq]
+            return dq_g in kernels, dkdv_g in kernels
+
+        causal = {"causal": True}
+        assert picked(4, 8192, 8192, 16, 16, 128) == (True, True)
+        assert picked(4, 8192, 8192, 16, 16, 128, causal) == (True, True)
+        assert picked(4, 8192, 8192, 16, 16, 128, causal, dlse=True) == (False, True)
+        assert picked(8, 4096, 4096, 16, 16, 128, causal) == (True, True)
+        assert picked(16, 2048, 2048, 16, 16, 128) == (True, True)
+        assert picked(16, 2048, 2048, 16, 16, 128, causal) == (True, False)
+        assert picked(1, 4096, 4096, 32, 4, 128, causal) == (True, False)  # the Triton dK/dV splits
+        assert picked(2, 8192, 8192, 32, 8, 128, causal) == (True, True)  # it does not
+        assert picked(4, 8192, 2048, 16, 16, 128) == (True, True)
+        assert picked(4, 8192, 1024, 16, 16, 128) == (False, False)
+        assert picked(32, 1024, 1024, 16, 16, 128) == (False, False)
+        assert picked(4, 8192, 8192, 16, 16, 64) == (False, False)
+        assert picked(4, 8192, 8192, 16, 16, 128, {"sliding_window": 256}) == (False, False)
+        assert picked(4, 8192, 8192, 16, 16, 128, dtype="float32") == (False, False)
+        assert picked(4, 8192, 8192, 16, 16, 128, sink=True) == (False, False)
+        assert picked(4, 8192, 8192, 16, 16, 128, dtype="float16") == (True, True)
+        other = _info((4, 8192, 16, 128), "float16")
+        assert picked(4, 8192, 8192, 16, 16, 128, do=other) == (False, False)
+        strided = TensorInfo((4, 8192, 16, 128), "bfloat16", (8192 * 16 * 128, 128, 8192 * 128, 1))
+        assert picked(4, 8192, 8192, 16, 16, 128, do=strided) == (False, False)
+        # (batch, head) programs past the grid's second axis: Triton's transposed grids.
+        assert picked(4200, 2048, 2048, 16, 16, 128) == (False, False)
+        monkeypatch.setattr(flash_tma_plans, "GLUON_BACKWARD", "off")
+        flash.replan()
+        assert picked(4, 8192, 8192, 16, 16, 128) == (False, False)
+        monkeypatch.setattr(flash_tma_plans, "GLUON_BACKWARD", "on")
+        flash.replan()
+        assert picked(1, 128, 128, 32, 4, 128, causal) == (True, True)  # every length, unsplit
+    finally:
+        flash.replan()
