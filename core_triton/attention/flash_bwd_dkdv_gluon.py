@@ -49,6 +49,7 @@ from core_triton.attention.gluon_parts import (
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
+    wgmma_layouts,
 )
 
 if AVAILABLE:
@@ -92,13 +93,9 @@ if AVAILABLE:
         GROUP: gl.constexpr = HQ // H
         ROWS: gl.constexpr = BN // 2
         dtype: gl.constexpr = q_bufs.dtype
-        st_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
-        )
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
-        )
-        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        st_layout: gl.constexpr = wgmma_layouts(BM, D)[0]
+        acc_layout: gl.constexpr = wgmma_layouts(BM, D)[1]
+        op_layout: gl.constexpr = wgmma_layouts(BM, D)[2]
         cols: gl.constexpr = gl.SliceLayout(0, st_layout)
         k_rows = k_smem.slice(HALF * ROWS, ROWS)
         v_rows = v_smem.slice(HALF * ROWS, ROWS)

@@ -44,6 +44,7 @@ from core_triton.attention.gluon_parts import (
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
+    wgmma_layouts,
 )
 
 if AVAILABLE:
@@ -79,13 +80,9 @@ if AVAILABLE:
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
-        )
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
-        )
-        op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
+        acc_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
+        op_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         q_rows = q_smem.slice(HALF * ROWS, ROWS)

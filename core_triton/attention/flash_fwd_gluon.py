@@ -53,6 +53,7 @@ from core_triton.attention.gluon_parts import (
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
+    wgmma_layouts,
 )
 
 if AVAILABLE:
@@ -147,13 +148,9 @@ if AVAILABLE:
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
-        )
-        o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16]
-        )
-        p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
+        o_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
+        p_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
         rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         q_rows = q_smem.slice(HALF * ROWS, ROWS)

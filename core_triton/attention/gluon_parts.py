@@ -23,6 +23,17 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 if AVAILABLE:
 
+    @gluon.constexpr_function
+    def wgmma_layouts(N, D):
+        """The layouts of one warp group's products (4 warps, 16-row
+        ``wgmma`` steps): the accumulator of a ``[rows, N]`` product (the
+        scores), that of a ``[rows, D]`` one (the output or a gradient),
+        and the registers' operand of a product into the second (``P`` or
+        ``dS`` from registers)."""
+        scores = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 16])
+        out = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
+        return scores, out, gl.DotOperandLayout(operand_index=0, parent=out, k_width=2)
+
     @gluon.jit
     def batch_rows(
         base, b, T, width: gl.constexpr, block: gl.constexpr, D: gl.constexpr, layout: gl.constexpr
@@ -58,4 +69,4 @@ if AVAILABLE:
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
-    batch_rows = ring = fill_slot = None
+    batch_rows = ring = fill_slot = wgmma_layouts = None
