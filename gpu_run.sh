@@ -16,6 +16,8 @@
 #   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
 #   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
 #                  process a case at once (timings discarded), for the cache save;
+#   PART=paths     the flash forward through each binding's launch path, with
+#                  Triton's ptxas and with another (bench.probes.launch_paths);
 #   PART=gluon     the Gluon kernels' probes: the forward and its persistent
 #                  draft, the dK/dV and dQ kernels at several tiles, each
 #                  beside the Triton kernels and checked first.
@@ -97,6 +99,17 @@ if [ "$part" = host ]; then
   # tensor-descriptor kernels): the constructor jax-triton calls.
   timeout "${HOST_TIMEOUT:-200}" python3 -m bench.probes.host_overhead 2>&1 | tee "$out/host_overhead.log"
   python3 -c "from jax._src.lib import gpu_triton as g; print(g.TritonKernel.__init__.__doc__); print([n for n in dir(g) if not n.startswith('__')])" 2>&1 | tee "$out/jaxlib_triton.log"
+fi
+if [ "$part" = paths ]; then
+  # bench.probes.launch_paths: the flash forward through each launch path,
+  # then again with PyTorch's compiles assembled by another ptxas (one on
+  # PATH, else the nvidia-cuda-nvcc wheel's) in a fresh cache, to see
+  # whether the assembler makes PyTorch's and JAX's times differ.
+  timeout "${PATHS_TIMEOUT:-200}" python3 -m bench.probes.launch_paths 2>&1 | tee "$out/launch_paths.log"
+  other=$(ls -1 $(python3 -c "import sys; print(' '.join(p + '/nvidia/cuda_nvcc/bin/ptxas' for p in sys.path))") $(command -v ptxas) 2> /dev/null | tail -n 1)
+  if [ -n "$other" ]; then
+    TRITON_PTXAS_PATH=$other TRITON_CACHE_DIR=$(mktemp -d) timeout "${PATHS_TIMEOUT:-200}" python3 -m bench.probes.launch_paths 2>&1 | tee "$out/launch_paths_other_ptxas.log"
+  fi
 fi
 if [ "$part" = gluon ]; then
   # Each checks its kernels against a reference first, then times them beside
