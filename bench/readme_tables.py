@@ -1,10 +1,13 @@
-"""The README's speed table, written from the benchmark's saved results
+"""The README's speed tables, written from the benchmarks' saved results,
+so that every figure in them can be traced to one run: the attention table
 (docs/bench-attention-h100.json, what ``python -m bench attention`` saved
-on the H100), so that every figure in it can be traced to one run.
+on the H100) and the Hopper flash table (docs/bench-flash-h200-gluon-bwd.json,
+what ``python -m bench flash`` saved on the H200 with the Gluon kernels).
 
-``python -m bench.readme_tables`` rewrites the block between the README's
-``<!-- speed-table -->`` markers; tests/core/test_readme_tables.py checks
-that the README holds what this writes."""
+``python -m bench.readme_tables`` rewrites the blocks between the README's
+``<!-- speed-table -->`` and ``<!-- flash-table -->`` markers;
+tests/core/test_readme_tables.py checks that the README holds what this
+writes."""
 
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench-attention-h100.json"
+FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-gluon-bwd.json"
 START, END = "<!-- speed-table: written by python -m bench.readme_tables -->", "<!-- /speed-table -->"
+FLASH_START = "<!-- flash-table: written by python -m bench.readme_tables -->"
+FLASH_END = "<!-- /flash-table -->"
 COLUMNS = [("twinkernels torch", "ours (torch)"), ("twinkernels jax", "ours (JAX)"),
            ("sdpa cudnn", "SDPA cuDNN"), ("sdpa flash", "SDPA flash (FA2)")]  # fmt: skip
 
@@ -65,13 +71,54 @@ def speed_block(results: pathlib.Path = RESULTS) -> str:
     return f"{START}\n{text}\n{END}"
 
 
+def flash_block(results: pathlib.Path = FLASH_RESULTS) -> str:
+    """The README's Hopper block: per case and mode, each binding's time and
+    its ratio to cuDNN in the same framework (SDPA's for PyTorch,
+    ``jax.nn``'s for JAX), as ``python -m bench flash`` saved them."""
+    data = json.loads(results.read_text())
+    by = {}
+    for r in data["rows"]:
+        by.setdefault((r["case"], r["mode"]), {})[r["impl"]] = r
+    impls = ("twinkernels torch", "twinkernels jax", "sdpa cudnn", "jax cudnn")
+    lines = [
+        "| case | mode | ours (torch) | ours (JAX) | SDPA cuDNN | jax.nn cuDNN |",
+        "|---|---|---|---|---|---|",
+    ]
+    ratios = {}
+    for (case, mode), row in by.items():
+        cells = []
+        for impl in impls:
+            r = row[impl]
+            if "vs cuDNN" in r and "cudnn" not in impl:
+                cells.append(f"{r['ms']} ({r['vs cuDNN']})")
+                ratios.setdefault(mode, []).append(float(r["vs cuDNN"]))
+            else:
+                cells.append(r["ms"])
+        lines.append(f"| {case} | {mode} | " + " | ".join(cells) + " |")
+
+    def span(mode):
+        return f"{min(ratios[mode]):.2f}-{max(ratios[mode]):.2f}x"
+
+    text = (
+        f"On one {data['meta']['device']} ({data['meta']['dtype']}, ms, in brackets the ratio of speed "
+        "to cuDNN in the same framework; one run of `python -m bench flash`: "
+        f"`docs/{results.name}`), with the Gluon kernels for Hopper at head dim 128 "
+        "(docs/design.md):\n\n" + "\n".join(lines) + "\n\n"
+        f"Across these cases ours runs at {span('fwd')} of cuDNN forward and {span('fwd+bwd')} "
+        "forward+backward (both bindings)."
+    )
+    return f"{FLASH_START}\n{text}\n{FLASH_END}"
+
+
 def main(argv):
     readme = ROOT / "README.md"
     text = readme.read_text()
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(text):
-        sys.exit(f"README.md has no block between {START} and {END}")
-    readme.write_text(pattern.sub(lambda _: speed_block(), text))
+    for start, end, block in ((START, END, speed_block), (FLASH_START, FLASH_END, flash_block)):
+        pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+        if not pattern.search(text):
+            sys.exit(f"README.md has no block between {start} and {end}")
+        text = pattern.sub(lambda _, block=block: block(), text)
+    readme.write_text(text)
 
 
 if __name__ == "__main__":
