@@ -6,10 +6,12 @@ launches (the plan's with the Gluon backward off), on an sm_90 GPU (issue
 For each shape the real forward makes ``out`` and ``lse``, the plan's dQ
 launch ``dq`` and ``delta``, its dK/dV launch (the split's sum included)
 ``dk`` and ``dv`` (bench.probes.dkdv_runs.backward_case): those are the
-reference, themselves tested against float64.  Each variant of each draft
+reference, themselves tested against float64.  Each variant of each kernel
 (``DKDV_VARIANTS``, ``DQ_VARIANTS``: the query or key block and the
-stages) runs on the same inputs with its outputs filled with NaN first and
-is compared with them (largest difference over the reference's largest
+stages; ``DQ_PERSISTENT_VARIANTS``: the persistent dQ draft of
+bench.probes.gluon_dq_persistent, its programs a head and stages) runs
+on the same inputs with its outputs filled with NaN first and is compared
+with them (largest difference over the reference's largest
 magnitude; the dK/dV draft takes the plan's ``delta``); at the timing
 shapes both launches are timed alone.  Check shapes first (ragged
 lengths, more or fewer keys than queries, several batches, grouped heads),
@@ -57,6 +59,8 @@ SHAPES = (
 DKDV_VARIANTS = ((32, 2), (64, 2), (32, 3))
 # (key block, stages) with 128 queries a program.
 DQ_VARIANTS = ((64, 2), (64, 3), (128, 2))
+# The persistent dQ draft: (programs a (batch, head), 0 for the rule; stages).
+DQ_PERSISTENT_VARIANTS = ((0, 2), (1, 2))
 MAXNREG = 168
 
 
@@ -88,6 +92,24 @@ def gluon_dq(inputs, causal, bn, stages, out=None):
     flash_bwd_dq_gluon_kernel[(triton.cdiv(Tq, 128), B * HQ)](
         q, k, v, inputs["o"], inputs["do"], inputs["lse"], 1.0 / math.sqrt(D), B, Tq, Tk, dq, delta,
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=bn, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
+    )  # fmt: skip
+    return dq, delta
+
+
+def gluon_dq_persistent(inputs, causal, tiles, stages, out=None):
+    """The persistent dQ draft's ``(dq, delta)`` (bench.probes.gluon_dq_persistent)
+    at the plan's tiles, ``tiles`` programs a (batch, head) (0: the rule of
+    bench.probes.gluon_flash.persistent_tiles)."""
+    from bench.probes.gluon_dq_persistent import flash_bwd_dq_gluon_persistent_kernel
+    from bench.probes.gluon_flash import persistent_tiles
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    dq, delta = out or _nan_like(q, inputs["lse"])
+    flash_bwd_dq_gluon_persistent_kernel[(tiles or persistent_tiles(B, HQ, Tq), B * HQ)](
+        q, k, v, inputs["o"], inputs["do"], inputs["lse"], 1.0 / math.sqrt(D), B, Tq, Tk, dq, delta,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return dq, delta
 
@@ -153,6 +175,10 @@ def main():
         failed += _variant_rows(
             shape, "dQ BN", lambda n, s, o=None, i=inputs, c=causal: gluon_dq(i, c, n, s, o),
             DQ_VARIANTS, dq_ref, plan_time(dq_steps),
+        )  # fmt: skip
+        failed += _variant_rows(
+            shape, "dQ pers tiles", lambda n, s, o=None, i=inputs, c=causal:
+            gluon_dq_persistent(i, c, n, s, o), DQ_PERSISTENT_VARIANTS, dq_ref, plan_time(dq_steps),
         )  # fmt: skip
     print(f"checks failed: {failed}")
 

@@ -1,0 +1,247 @@
+"""A draft persistent variant of the Gluon dQ kernel
+(core_triton.attention.flash_bwd_dq_gluon), kept beside its probe
+(bench.probes.gluon_bwd, variants ``dQ pers``) until it has run on a GPU;
+no plan takes it.
+
+Why: fitted over the H200's times at B4 H16 T8k and B16 H16 T2k (4096
+programs each), a program of the Gluon dQ costs about 8.5 us besides 2.2
+us a key block (Q and dO's loads, delta from the output, the pipeline's
+ramp, dQ's store), about a third of the launch at T2k.  As in
+bench.probes.gluon_fwd_persistent, ``TILES`` programs share one (batch,
+query head) and program ``p`` takes its query blocks ``p, p + TILES, ...``
+(causal: counted from the last), so the set-up is paid once and the
+producer loads the next block's Q, dO and keys while the consumers finish
+the last.
+
+Differences from the one-block kernel: the ring's position runs on across
+blocks; Q and dO have a pair of barriers (``qd_ready``, and ``qd_empty``,
+which both consumer groups release once their last products of a block
+retired); dQ leaves from registers (masked stores), since Q's buffer takes
+the next block.  Inputs, outputs and launch as flash_bwd_dq_gluon_kernel's;
+grid ``(TILES, B * HQ)``.
+"""
+
+from core_triton.attention.flash_bwd_dq_gluon import _key_blocks
+from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.gluon_parts import (
+    AVAILABLE,
+    batch_rows,
+    fill_slot,
+    gl,
+    gluon,
+    mbarrier,
+    ring,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+    wgmma_layouts,
+)
+
+if AVAILABLE:
+
+    @gluon.jit
+    def _query_block(t, n_m, CAUSAL: gl.constexpr):
+        return n_m - 1 - t if CAUSAL else t
+
+    @gluon.jit
+    def _producer(descs, q_smem, do_smem, k_bufs, v_bufs, bars, first, stride, n_m, col_q, col_k, Tk,
+                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp: for each query block of the program, its Q and dO once
+        both consumer groups are done with the last one's, then K and V of
+        each key block its rows see into the ring."""
+        q_desc, do_desc, k_desc, v_desc = descs
+        qd_ready, qd_empty, k_ready, k_empty, v_ready, v_empty = bars
+        r = 0
+        i = 0
+        for t in range(first, n_m, stride):
+            m0 = _query_block(t, n_m, CAUSAL) * BM
+            mbarrier.wait(qd_empty, (i & 1) ^ 1)
+            mbarrier.expect(qd_ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [m0, col_q], qd_ready, q_smem)
+            tma.async_copy_global_to_shared(do_desc, [m0, col_q], qd_ready, do_smem)
+            n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+            for j in range(n_blocks):
+                fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, r + j)
+                fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, r + j)
+            r += n_blocks
+            i += 1
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group: rows ``HALF * BM / 2`` on of each of the
+        program's query blocks in turn; their delta, then their dQ."""
+        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA = shared[:9]
+        scale, b, hq, first, stride, n_m, Tq, Tk = shared[9:]
+        qd_ready, qd_empty, k_ready, k_empty, v_ready, v_empty = bars
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_smem.dtype
+        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
+        acc_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
+        op_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
+        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+        q_rows = q_smem.slice(HALF * ROWS, ROWS)
+        do_rows = do_smem.slice(HALF * ROWS, ROWS)
+        row_base = (b * HQ + hq) * Tq
+        qk_scale = scale * LOG2E
+        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
+        io_cols = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
+        r = 0
+        i = 0
+        for t in range(first, n_m, stride):
+            m0 = _query_block(t, n_m, CAUSAL) * BM
+            r0 = m0 + HALF * ROWS
+
+            # delta = rowsum(dO * O) from global memory (the output is read nowhere else).
+            io_rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
+            at = ((b * Tq + io_rows) * (HQ * D) + hq * D)[:, None] + io_cols[None, :]
+            io_valid = (io_rows < Tq)[:, None]
+            o = gl.load(OUT + at, mask=io_valid, other=0.0).to(gl.float32)
+            mbarrier.wait(qd_ready, i & 1)
+            do = do_rows.load(io_layout).to(gl.float32)
+            delta_io = gl.sum(o * do, 1)
+            gl.store(DELTA + row_base + io_rows, delta_io, mask=io_rows < Tq)
+            delta = gl.convert_layout(delta_io, rows_s)
+
+            offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+            # Rows past Tq: lse +inf, so their probabilities are 0.
+            lse2 = gl.load(LSE + row_base + offs_m, mask=offs_m < Tq, other=float("inf")) * LOG2E
+            dq = gl.zeros([ROWS, D], gl.float32, acc_layout)
+            n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+            mine = _key_blocks(r0 + ROWS, Tk, CAUSAL, BN)
+            limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk
+            bound = gl.minimum(r0 + 1, Tk) if CAUSAL else Tk
+            for j in range(n_blocks):
+                slot = (r + j) % STAGES
+                phase = ((r + j) // STAGES) & 1
+                mbarrier.wait(k_ready.index(slot), phase)
+                mbarrier.wait(v_ready.index(slot), phase)
+                if j < mine:
+                    k_tile = k_bufs.index(slot)
+                    s = warpgroup_mma(q_rows, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+                    dp = warpgroup_mma(
+                        do_rows, v_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
+                    )
+                    s = warpgroup_mma_wait(1, deps=(s,))
+                    p = gl.exp2(s * qk_scale - lse2[:, None])
+                    if (j + 1) * BN > bound:
+                        offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+                        p = gl.where(offs_n[None, :] < limit[:, None], p, 0.0)
+                    dp = warpgroup_mma_wait(0, deps=(dp,))
+                    ds_op = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), op_layout)
+                    dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
+                    dq, ds_op = warpgroup_mma_wait(0, deps=(dq, ds_op))
+                mbarrier.arrive(k_empty.index(slot), count=1)
+                mbarrier.arrive(v_empty.index(slot), count=1)
+            # Every product of this block has retired: Q and dO may take the next.
+            mbarrier.arrive(qd_empty, count=1)
+
+            rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+            cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
+            dq_at = ((b * Tq + rows) * (HQ * D) + hq * D)[:, None] + cols[None, :]
+            gl.store(DQ + dq_at, (dq * scale).to(dtype), mask=(rows < Tq)[:, None])
+            r += n_blocks
+            i += 1
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_bwd_dq_gluon_persistent_kernel(
+        Q,
+        K,
+        V,
+        OUT,
+        DO,
+        LSE,
+        scale,
+        B,
+        Tq,
+        Tk,
+        DQ,
+        DELTA,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+    ):
+        """Grid ``(TILES, B * HQ)``: program ``p`` of row ``bh`` takes query
+        blocks ``p, p + TILES, ...`` of that (batch, query head).  Launched
+        as the one-block kernel (``num_warps`` 4, ``maxnreg`` 168)."""
+        first = gl.program_id(0)
+        stride = gl.num_programs(0)
+        pid_bh = gl.program_id(1)
+        b = (pid_bh // HQ).to(gl.int64)
+        hq = pid_bh % HQ
+        h = hq // (HQ // H)
+        n_m = gl.cdiv(Tq, BM)
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        descs = (
+            batch_rows(Q, b, Tq, HQ * D, BM, D, layout),
+            batch_rows(DO, b, Tq, HQ * D, BM, D, layout),
+            batch_rows(K, b, Tk, H * D, BN, D, layout),
+            batch_rows(V, b, Tk, H * D, BN, D, layout),
+        )
+        q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        do_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        qd_ready, qd_empty = ring(1)
+        k_ready, k_empty = ring(STAGES)
+        v_ready, v_empty = ring(STAGES)
+        bars = (qd_ready.index(0), qd_empty.index(0), k_ready, k_empty, v_ready, v_empty)
+        shared = (
+            q_smem,
+            do_smem,
+            k_bufs,
+            v_bufs,
+            bars,
+            OUT,
+            LSE,
+            DQ,
+            DELTA,
+            scale,
+            b,
+            hq,
+            first,
+            stride,
+            n_m,
+            Tq,
+            Tk,
+        )
+        gl.warp_specialize(
+            [
+                (_consumer, (0, shared, HQ, D, CAUSAL, BM, BN)),
+                (_consumer, (1, shared, HQ, D, CAUSAL, BM, BN)),
+                (
+                    _producer,
+                    (
+                        descs,
+                        q_smem,
+                        do_smem,
+                        k_bufs,
+                        v_bufs,
+                        bars,
+                        first,
+                        stride,
+                        n_m,
+                        hq * D,
+                        h * D,
+                        Tk,
+                        CAUSAL,
+                        BM,
+                        BN,
+                    ),
+                ),  # fmt: skip
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    # The launcher must give this kernel global scratch (its descriptors live there).
+    flash_bwd_dq_gluon_persistent_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_bwd_dq_gluon_persistent_kernel = None
