@@ -8,8 +8,9 @@ launch ``dq`` and ``delta``, its dK/dV launch (the split's sum included)
 ``dk`` and ``dv`` (bench.probes.dkdv_runs.backward_case): those are the
 reference, themselves tested against float64.  Each variant of each kernel
 (``DKDV_VARIANTS``, ``DQ_VARIANTS``: the query or key block and the
-stages; ``DQ_PERSISTENT_VARIANTS``: the persistent dQ draft of
-bench.probes.gluon_dq_persistent, its programs a head and stages) runs
+stages; ``PERSISTENT_VARIANTS``: the persistent drafts of
+bench.probes.gluon_dkdv_persistent and gluon_dq_persistent, their
+programs a head and stages) runs
 on the same inputs with its outputs filled with NaN first and is compared
 with them (largest difference over the reference's largest
 magnitude; the dK/dV draft takes the plan's ``delta``); at the timing
@@ -55,12 +56,15 @@ SHAPES = (
     (16, 2048, 16, 16, 128, True),
     (1, 4096, 32, 4, 128, True),
 )
-# (query block, stages) with 128 keys a program; BM 64 spilled 100-120 bytes offline.
-DKDV_VARIANTS = ((32, 2), (64, 2), (32, 3))
-# (key block, stages) with 128 queries a program.
-DQ_VARIANTS = ((64, 2), (64, 3), (128, 2))
-# The persistent dQ draft: (programs a (batch, head), 0 for the rule; stages).
-DQ_PERSISTENT_VARIANTS = ((0, 2), (1, 2))
+# (query block, stages) with 128 keys a program: the plan's (39th session,
+# H200: BM 32 with 2 or 3 stages ran 0.38-1.05x of the Triton launch, BM 64
+# 0.67-1.18x).
+DKDV_VARIANTS = ((64, 2),)
+# (key block, stages) with 128 queries a program: the plan's (BN 64 with 2
+# or 3 stages within 3% of it).
+DQ_VARIANTS = ((128, 2),)
+# The persistent drafts: (programs a (batch, head), 0 for the rule; stages).
+PERSISTENT_VARIANTS = ((0, 2), (1, 2))
 MAXNREG = 168
 
 
@@ -94,6 +98,24 @@ def gluon_dq(inputs, causal, bn, stages, out=None):
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=bn, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return dq, delta
+
+
+def gluon_dkdv_persistent(inputs, causal, tiles, stages, out=None):
+    """The persistent dK/dV draft's ``(dk, dv)`` (bench.probes.gluon_dkdv_persistent)
+    at the plan's tiles (BM 64, BN 128), ``tiles`` programs a (batch, key
+    head) (0: the rule of bench.probes.gluon_flash.persistent_tiles)."""
+    from bench.probes.gluon_dkdv_persistent import flash_bwd_dkdv_gluon_persistent_kernel
+    from bench.probes.gluon_flash import persistent_tiles
+
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    B, Tq, HQ, D = q.shape
+    _, Tk, H, _ = k.shape
+    dk, dv = out or _nan_like(k, v)
+    flash_bwd_dkdv_gluon_persistent_kernel[(tiles or persistent_tiles(B, H, Tk), B * H)](
+        q, k, v, inputs["do"], inputs["lse"], inputs["delta"], 1.0 / math.sqrt(D), B, Tq, Tk, dk, dv,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=64, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
+    )  # fmt: skip
+    return dk, dv
 
 
 def gluon_dq_persistent(inputs, causal, tiles, stages, out=None):
@@ -173,12 +195,16 @@ def main():
             DKDV_VARIANTS, dkdv_ref, plan_time(dkdv_steps),
         )  # fmt: skip
         failed += _variant_rows(
+            shape, "dK/dV pers tiles", lambda n, s, o=None, i=inputs, c=causal:
+            gluon_dkdv_persistent(i, c, n, s, o), PERSISTENT_VARIANTS, dkdv_ref, plan_time(dkdv_steps),
+        )  # fmt: skip
+        failed += _variant_rows(
             shape, "dQ BN", lambda n, s, o=None, i=inputs, c=causal: gluon_dq(i, c, n, s, o),
             DQ_VARIANTS, dq_ref, plan_time(dq_steps),
         )  # fmt: skip
         failed += _variant_rows(
             shape, "dQ pers tiles", lambda n, s, o=None, i=inputs, c=causal:
-            gluon_dq_persistent(i, c, n, s, o), DQ_PERSISTENT_VARIANTS, dq_ref, plan_time(dq_steps),
+            gluon_dq_persistent(i, c, n, s, o), PERSISTENT_VARIANTS, dq_ref, plan_time(dq_steps),
         )  # fmt: skip
     print(f"checks failed: {failed}")
 
