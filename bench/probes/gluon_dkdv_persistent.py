@@ -21,7 +21,7 @@ since K's and V's buffers take the next block.  Inputs, outputs and launch
 as flash_bwd_dkdv_gluon_kernel's; grid ``(TILES, B * H)``.
 """
 
-from core_triton.attention.flash_bwd_dkdv_gluon import _walk
+from core_triton.attention.flash_bwd_dkdv_gluon import _accumulate, _walk
 from core_triton.attention.flash_common import LOG2E
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
@@ -32,8 +32,6 @@ from core_triton.attention.gluon_parts import (
     mbarrier,
     ring,
     tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
     wgmma_layouts,
 )
 
@@ -74,62 +72,23 @@ if AVAILABLE:
         then stored."""
         k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, DK, DV = shared[:9]
         scale, b, h, first, stride, n_k, Tq, Tk = shared[9:]
-        kv_ready, kv_empty, q_ready, q_empty, do_ready, do_empty = bars
-        STAGES: gl.constexpr = q_bufs.type.shape[0]
-        GROUP: gl.constexpr = HQ // H
+        kv_ready, kv_empty = bars[:2]
+        ring_bars = bars[2:]  # Q's and dO's ready and empty barriers
         ROWS: gl.constexpr = BN // 2
         dtype: gl.constexpr = q_bufs.dtype
-        st_layout: gl.constexpr = wgmma_layouts(BM, D)[0]
         acc_layout: gl.constexpr = wgmma_layouts(BM, D)[1]
-        op_layout: gl.constexpr = wgmma_layouts(BM, D)[2]
-        cols: gl.constexpr = gl.SliceLayout(0, st_layout)
         k_rows = k_smem.slice(HALF * ROWS, ROWS)
         v_rows = v_smem.slice(HALF * ROWS, ROWS)
-        st_zero = gl.zeros([ROWS, BM], gl.float32, st_layout)
-        qk_scale = scale * LOG2E
         out_cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
         i = 0
         n = 0
         for t in range(first, n_k, stride):
             n0 = t * BN
             r0 = n0 + HALF * ROWS
-            offs_n = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, st_layout))
-            dk = gl.zeros([ROWS, D], gl.float32, acc_layout)
-            dv = gl.zeros([ROWS, D], gl.float32, acc_layout)
             lo, end = _walk(Tq, n0, CAUSAL, BM)
             mbarrier.wait(kv_ready, n & 1)
-            for g in range(GROUP):
-                row = (b * HQ + h * GROUP + g) * Tq
-                for jb in range(lo, end):
-                    slot = i % STAGES
-                    phase = (i // STAGES) & 1
-                    q_tile = q_bufs.index(slot)
-                    do_tile = do_bufs.index(slot)
-                    mbarrier.wait(q_ready.index(slot), phase)
-                    st = warpgroup_mma(k_rows, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-                    mbarrier.wait(do_ready.index(slot), phase)
-                    dpt = warpgroup_mma(
-                        v_rows, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True
-                    )
-                    offs_m = jb * BM + gl.arange(0, BM, layout=cols)
-                    valid = offs_m < Tq
-                    # Rows past Tq: lse +inf, so their probabilities are 0.
-                    lse2 = gl.load(LSE + row + offs_m, mask=valid, other=float("inf")) * LOG2E
-                    st = warpgroup_mma_wait(1, deps=(st,))
-                    pt = gl.exp2(st * qk_scale - lse2[None, :])
-                    if CAUSAL:
-                        if jb * BM < r0 + ROWS:
-                            pt = gl.where(offs_n[:, None] <= offs_m[None, :], pt, 0.0)
-                    p_op = gl.convert_layout(pt.to(dtype), op_layout)
-                    delta = gl.load(DELTA + row + offs_m, mask=valid, other=0.0)
-                    dpt = warpgroup_mma_wait(0, deps=(dpt,))
-                    dv = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-                    ds_op = gl.convert_layout((pt * (dpt - delta[None, :])).to(dtype), op_layout)
-                    dk = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
-                    dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv, dk, p_op, ds_op))
-                    mbarrier.arrive(q_empty.index(slot), count=1)
-                    mbarrier.arrive(do_empty.index(slot), count=1)
-                    i += 1
+            dk, dv, i = _accumulate(i, b, h, lo, end, r0, q_bufs, do_bufs, ring_bars, k_rows, v_rows,
+                                    LSE, DELTA, Tq, scale * LOG2E, HQ, H, D, CAUSAL, BM, BN)  # fmt: skip
             # Every product of this block has retired: K and V may take the next.
             mbarrier.arrive(kv_empty, count=1)
 

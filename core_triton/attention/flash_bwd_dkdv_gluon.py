@@ -83,12 +83,15 @@ if AVAILABLE:
                 i += 1
 
     @gluon.jit
-    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
-                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
-        """One warp group: keys ``n0 + HALF * BN / 2`` on, their dK and dV
-        summed over the walk, then stored."""
-        k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, dk_desc, dv_desc, scale, b, h, n0, Tq, Tk = shared
-        kv_bar, q_ready, q_empty, do_ready, do_empty = bars
+    def _accumulate(i, b, h, lo, end, r0, q_bufs, do_bufs, ring, k_rows, v_rows, LSE, DELTA, Tq, qk_scale,
+                    HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                    BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One consumer group's dK and dV (unscaled) for its keys ``r0 ..
+        r0 + BN / 2`` (``k_rows``, ``v_rows``): the query blocks ``[lo,
+        end)`` of every query head of key head ``h``'s group, taken from
+        the ring (``ring``: Q's and dO's ready and empty barriers) from its
+        ``i``-th use on.  Returns ``(dk, dv, i)``, ``i`` past the walk."""
+        q_ready, q_empty, do_ready, do_empty = ring
         STAGES: gl.constexpr = q_bufs.type.shape[0]
         GROUP: gl.constexpr = HQ // H
         ROWS: gl.constexpr = BN // 2
@@ -97,21 +100,14 @@ if AVAILABLE:
         acc_layout: gl.constexpr = wgmma_layouts(BM, D)[1]
         op_layout: gl.constexpr = wgmma_layouts(BM, D)[2]
         cols: gl.constexpr = gl.SliceLayout(0, st_layout)
-        k_rows = k_smem.slice(HALF * ROWS, ROWS)
-        v_rows = v_smem.slice(HALF * ROWS, ROWS)
-        r0 = n0 + HALF * ROWS
         offs_n = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, st_layout))
-
         st_zero = gl.zeros([ROWS, BM], gl.float32, st_layout)
         dk = gl.zeros([ROWS, D], gl.float32, acc_layout)
         dv = gl.zeros([ROWS, D], gl.float32, acc_layout)
-        qk_scale = scale * LOG2E
-        first, end = _walk(Tq, n0, CAUSAL, BM)
-        mbarrier.wait(kv_bar, 0)
-        i = 0
+        i = gl.to_tensor(i)  # a loop-carried count, also where the caller passes a literal
         for g in range(GROUP):
             row = (b * HQ + h * GROUP + g) * Tq
-            for jb in range(first, end):
+            for jb in range(lo, end):
                 slot = i % STAGES
                 phase = (i // STAGES) & 1
                 q_tile = q_bufs.index(slot)
@@ -140,6 +136,25 @@ if AVAILABLE:
                 mbarrier.arrive(q_empty.index(slot), count=1)
                 mbarrier.arrive(do_empty.index(slot), count=1)
                 i += 1
+        return dk, dv, i
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                  CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group: keys ``n0 + HALF * BN / 2`` on, their dK and dV
+        summed over the walk, then stored."""
+        k_smem, v_smem, q_bufs, do_bufs, bars, LSE, DELTA, dk_desc, dv_desc, scale, b, h, n0, Tq, Tk = shared
+        kv_bar = bars[0]
+        ring_bars = bars[1:]  # Q's and dO's ready and empty barriers
+        ROWS: gl.constexpr = BN // 2
+        dtype: gl.constexpr = q_bufs.dtype
+        k_rows = k_smem.slice(HALF * ROWS, ROWS)
+        v_rows = v_smem.slice(HALF * ROWS, ROWS)
+        r0 = n0 + HALF * ROWS
+        first, end = _walk(Tq, n0, CAUSAL, BM)
+        mbarrier.wait(kv_bar, 0)
+        dk, dv, _ = _accumulate(0, b, h, first, end, r0, q_bufs, do_bufs, ring_bars, k_rows, v_rows,
+                                LSE, DELTA, Tq, scale * LOG2E, HQ, H, D, CAUSAL, BM, BN)  # fmt: skip
 
         # This group's K and V rows are free now (its products are done; the
         # other group reads only its own): dK and dV leave through them, by
