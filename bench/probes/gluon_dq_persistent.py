@@ -21,8 +21,7 @@ the next block.  Inputs, outputs and launch as flash_bwd_dq_gluon_kernel's;
 grid ``(TILES, B * HQ)``.
 """
 
-from core_triton.attention.flash_bwd_dq_gluon import _key_blocks
-from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.flash_bwd_dq_gluon import _accumulate, _key_blocks
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
     batch_rows,
@@ -32,8 +31,6 @@ from core_triton.attention.gluon_parts import (
     mbarrier,
     ring,
     tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
     wgmma_layouts,
 )
 
@@ -73,68 +70,19 @@ if AVAILABLE:
         program's query blocks in turn; their delta, then their dQ."""
         q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, DQ, DELTA = shared[:9]
         scale, b, hq, first, stride, n_m, Tq, Tk = shared[9:]
-        qd_ready, qd_empty, k_ready, k_empty, v_ready, v_empty = bars
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        qd_ready, qd_empty = bars[:2]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
         acc_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
-        op_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
-        io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
         q_rows = q_smem.slice(HALF * ROWS, ROWS)
         do_rows = do_smem.slice(HALF * ROWS, ROWS)
-        row_base = (b * HQ + hq) * Tq
-        qk_scale = scale * LOG2E
-        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
-        io_cols = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
         r = 0
         i = 0
         for t in range(first, n_m, stride):
             m0 = _query_block(t, n_m, CAUSAL) * BM
             r0 = m0 + HALF * ROWS
-
-            # delta = rowsum(dO * O) from global memory (the output is read nowhere else).
-            io_rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, io_layout))
-            at = ((b * Tq + io_rows) * (HQ * D) + hq * D)[:, None] + io_cols[None, :]
-            io_valid = (io_rows < Tq)[:, None]
-            o = gl.load(OUT + at, mask=io_valid, other=0.0).to(gl.float32)
-            mbarrier.wait(qd_ready, i & 1)
-            do = do_rows.load(io_layout).to(gl.float32)
-            delta_io = gl.sum(o * do, 1)
-            gl.store(DELTA + row_base + io_rows, delta_io, mask=io_rows < Tq)
-            delta = gl.convert_layout(delta_io, rows_s)
-
-            offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
-            # Rows past Tq: lse +inf, so their probabilities are 0.
-            lse2 = gl.load(LSE + row_base + offs_m, mask=offs_m < Tq, other=float("inf")) * LOG2E
-            dq = gl.zeros([ROWS, D], gl.float32, acc_layout)
-            n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
-            mine = _key_blocks(r0 + ROWS, Tk, CAUSAL, BN)
-            limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk
-            bound = gl.minimum(r0 + 1, Tk) if CAUSAL else Tk
-            for j in range(n_blocks):
-                slot = (r + j) % STAGES
-                phase = ((r + j) // STAGES) & 1
-                mbarrier.wait(k_ready.index(slot), phase)
-                mbarrier.wait(v_ready.index(slot), phase)
-                if j < mine:
-                    k_tile = k_bufs.index(slot)
-                    s = warpgroup_mma(q_rows, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                    dp = warpgroup_mma(
-                        do_rows, v_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
-                    )
-                    s = warpgroup_mma_wait(1, deps=(s,))
-                    p = gl.exp2(s * qk_scale - lse2[:, None])
-                    if (j + 1) * BN > bound:
-                        offs_n = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
-                        p = gl.where(offs_n[None, :] < limit[:, None], p, 0.0)
-                    dp = warpgroup_mma_wait(0, deps=(dp,))
-                    ds_op = gl.convert_layout((p * (dp - delta[:, None])).to(dtype), op_layout)
-                    dq = warpgroup_mma(ds_op, k_tile, dq, is_async=True)
-                    dq, ds_op = warpgroup_mma_wait(0, deps=(dq, ds_op))
-                mbarrier.arrive(k_empty.index(slot), count=1)
-                mbarrier.arrive(v_empty.index(slot), count=1)
+            dq = _accumulate(r, qd_ready, i & 1, q_rows, do_rows, k_bufs, v_bufs, bars[2:], OUT, LSE, DELTA,
+                             scale, b, hq, m0, r0, Tq, Tk, HQ, D, CAUSAL, BM, BN)  # fmt: skip
             # Every product of this block has retired: Q and dO may take the next.
             mbarrier.arrive(qd_empty, count=1)
 
@@ -142,7 +90,7 @@ if AVAILABLE:
             cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
             dq_at = ((b * Tq + rows) * (HQ * D) + hq * D)[:, None] + cols[None, :]
             gl.store(DQ + dq_at, (dq * scale).to(dtype), mask=(rows < Tq)[:, None])
-            r += n_blocks
+            r += _key_blocks(m0 + BM, Tk, CAUSAL, BN)
             i += 1
 
     @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])

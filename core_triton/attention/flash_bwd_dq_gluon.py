@@ -71,23 +71,23 @@ if AVAILABLE:
             fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
     @gluon.jit
-    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
-                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
-        """One warp group: rows ``m0 + HALF * BM / 2`` on; their delta, then
-        their dQ over the key blocks they see."""
-        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk = shared
-        qd_bar, k_ready, k_empty, v_ready, v_empty = bars
+    def _accumulate(r, qd_bar, qd_phase, q_rows, do_rows, k_bufs, v_bufs, ring, OUT, LSE, DELTA, scale, b, hq,
+                    m0, r0, Tq, Tk, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr,
+                    BN: gl.constexpr):  # fmt: skip
+        """One consumer group's rows ``r0 .. r0 + BM / 2`` of the query block
+        at ``m0`` (``q_rows``, ``do_rows``, ready once ``qd_bar`` completes
+        phase ``qd_phase``): their delta, stored, then their dQ (unscaled)
+        over the key blocks the block sees, taken from the ring (``ring``:
+        K's and V's ready and empty barriers) from its ``r``-th use on."""
+        k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
-        dtype: gl.constexpr = q_smem.dtype
+        dtype: gl.constexpr = q_rows.dtype
         s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
         acc_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
         op_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
         io_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        q_rows = q_smem.slice(HALF * ROWS, ROWS)
-        do_rows = do_smem.slice(HALF * ROWS, ROWS)
-        r0 = m0 + HALF * ROWS
         row_base = (b * HQ + hq) * Tq
 
         # delta = rowsum(dO * O) from global memory (the output is read nowhere else).
@@ -95,7 +95,7 @@ if AVAILABLE:
         io_cols = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
         at = ((b * Tq + io_rows) * (HQ * D) + hq * D)[:, None] + io_cols[None, :]
         io_valid = (io_rows < Tq)[:, None]
-        mbarrier.wait(qd_bar, 0)
+        mbarrier.wait(qd_bar, qd_phase)
         o = gl.load(OUT + at, mask=io_valid, other=0.0).to(gl.float32)
         do = do_rows.load(io_layout).to(gl.float32)
         delta_io = gl.sum(o * do, 1)
@@ -117,8 +117,8 @@ if AVAILABLE:
         limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk
         bound = gl.minimum(r0 + 1, Tk) if CAUSAL else Tk
         for j in range(n_blocks):
-            slot = j % STAGES
-            phase = (j // STAGES) & 1
+            slot = (r + j) % STAGES
+            phase = ((r + j) // STAGES) & 1
             mbarrier.wait(k_ready.index(slot), phase)
             mbarrier.wait(v_ready.index(slot), phase)
             if j < mine:
@@ -140,6 +140,21 @@ if AVAILABLE:
                 dq, ds_op = warpgroup_mma_wait(0, deps=(dq, ds_op))
             mbarrier.arrive(k_empty.index(slot), count=1)
             mbarrier.arrive(v_empty.index(slot), count=1)
+        return dq
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group: rows ``m0 + HALF * BM / 2`` on; their delta, then
+        their dQ over the key blocks they see."""
+        q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk = shared
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_smem.dtype
+        q_rows = q_smem.slice(HALF * ROWS, ROWS)
+        do_rows = do_smem.slice(HALF * ROWS, ROWS)
+        r0 = m0 + HALF * ROWS
+        dq = _accumulate(0, bars[0], 0, q_rows, do_rows, k_bufs, v_bufs, bars[1:], OUT, LSE, DELTA, scale, b,
+                         hq, m0, r0, Tq, Tk, HQ, D, CAUSAL, BM, BN)  # fmt: skip
 
         # This group's Q rows are free now (its products are done; the other
         # group reads only its own): dQ leaves through them, by a TMA store
