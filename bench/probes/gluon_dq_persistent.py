@@ -21,13 +21,15 @@ the next block.  Inputs, outputs and launch as flash_bwd_dq_gluon_kernel's;
 grid ``(TILES, B * HQ)``.
 """
 
-from core_triton.attention.flash_bwd_dq_gluon import _accumulate, _key_blocks
+from bench.probes.gluon_fwd_persistent import _query_block
+from core_triton.attention.flash_bwd_dq_gluon import _accumulate
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
     batch_rows,
     fill_slot,
     gl,
     gluon,
+    key_blocks,
     mbarrier,
     ring,
     tma,
@@ -35,10 +37,6 @@ from core_triton.attention.gluon_parts import (
 )
 
 if AVAILABLE:
-
-    @gluon.jit
-    def _query_block(t, n_m, CAUSAL: gl.constexpr):
-        return n_m - 1 - t if CAUSAL else t
 
     @gluon.jit
     def _producer(descs, q_smem, do_smem, k_bufs, v_bufs, bars, first, stride, n_m, col_q, col_k, Tk,
@@ -56,7 +54,7 @@ if AVAILABLE:
             mbarrier.expect(qd_ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [m0, col_q], qd_ready, q_smem)
             tma.async_copy_global_to_shared(do_desc, [m0, col_q], qd_ready, do_smem)
-            n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+            n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
             for j in range(n_blocks):
                 fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, r + j)
                 fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, r + j)
@@ -90,7 +88,7 @@ if AVAILABLE:
             cols = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
             dq_at = ((b * Tq + rows) * (HQ * D) + hq * D)[:, None] + cols[None, :]
             gl.store(DQ + dq_at, (dq * scale).to(dtype), mask=(rows < Tq)[:, None])
-            r += _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+            r += key_blocks(m0 + BM, Tk, CAUSAL, BN)
             i += 1
 
     @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])

@@ -29,19 +29,18 @@ Inputs and outputs as flash_fwd_gluon_kernel's.  Grid ``(TILES, B *
 HQ)``.
 """
 
-from core_triton.attention.flash_common import LN2, LOG2E
-from core_triton.attention.flash_fwd_gluon import _masked, _step
+from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.flash_fwd_gluon import _attend, _finish
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
     batch_rows,
     fill_slot,
     gl,
     gluon,
+    key_blocks,
     mbarrier,
     ring,
     tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
     wgmma_layouts,
 )
 
@@ -52,11 +51,6 @@ if AVAILABLE:
         """The query block of a program's ``t``-th tile index (causal: the
         last block first)."""
         return n_m - 1 - t if CAUSAL else t
-
-    @gluon.jit
-    def _key_blocks(m0, Tk, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
-        end = gl.minimum(Tk, m0 + BM) if CAUSAL else Tk
-        return gl.cdiv(end, BN)
 
     @gluon.jit
     def _producer(descs, q_smem, k_bufs, v_bufs, bars, first, stride, n_m, col_q, col_k, Tk,
@@ -74,7 +68,7 @@ if AVAILABLE:
             mbarrier.wait(q_empty, (i & 1) ^ 1)
             mbarrier.expect(q_ready, q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(q_desc, [m0, col_q], q_ready, q_smem)
-            n_blocks = _key_blocks(m0, Tk, CAUSAL, BM, BN)
+            n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
             for j in range(n_blocks):
                 fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, r + j)
                 fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, r + j)
@@ -103,70 +97,32 @@ if AVAILABLE:
             lse_row,
         ) = shared[:14]
         Tq, Tk = shared[14:]
-        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        q_ready, q_empty = bars[:2]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
         o_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
-        p_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
-        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-        cols_o: gl.constexpr = gl.SliceLayout(0, o_layout)
+        rows_s: gl.constexpr = gl.SliceLayout(1, wgmma_layouts(BN, D)[0])
         q_rows = q_smem.slice(HALF * ROWS, ROWS)
-        ring_bufs = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
-        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
-        turns = q_ready  # PINGPONG off: unused
+        ring_bufs = (k_bufs, v_bufs, bars[2], bars[3], bars[4], bars[5])
         r = 0
         i = 0
         for t in range(first, n_m, stride):
             m0 = _query_block(t, n_m, CAUSAL) * BM
             r0 = m0 + HALF * ROWS
-            n_blocks = _key_blocks(m0, Tk, CAUSAL, BM, BN)
+            n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
             offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
-
-            # Block 0 (masked when it is the last).
-            mbarrier.wait(q_ready, i & 1)
-            slot = r % STAGES
-            mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
-            s = warpgroup_mma(
-                q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
-            )
-            s = warpgroup_mma_wait(0, deps=(s,))
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            if n_blocks == 1:
-                s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
-            m_i = gl.max(s, 1) * qk_scale
-            p = gl.exp2(s * qk_scale - m_i[:, None])
-            l_i = gl.sum(p, 1)
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            acc = gl.zeros([ROWS, D], gl.float32, o_layout)
-
-            for j in range(1, n_blocks - 1):
-                acc, p_op, m_i, l_i = _step(j, r + j, False, q_rows, ring_bufs, s_zero, acc, p_op, m_i, l_i,
-                                            qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
-                                            False)  # fmt: skip
-            if n_blocks > 1:
-                acc, p_op, m_i, l_i = _step(n_blocks - 1, r + n_blocks - 1, True, q_rows, ring_bufs, s_zero,
-                                            acc, p_op, m_i, l_i, qk_scale, offs_m, Tk, CAUSAL, BN, rows_o,
-                                            turns, HALF, False)  # fmt: skip
+            # PINGPONG off: its turns barrier (here q_ready) is never used.
+            acc, p_op, m_i, l_i = _attend(r, q_ready, i & 1, q_rows, ring_bufs, offs_m, n_blocks, qk_scale,
+                                          Tk, CAUSAL, BN, D, q_ready, HALF, False)  # fmt: skip
             # Every S of this block has retired: Q's buffer may take the next.
             mbarrier.arrive(q_empty, count=1)
-
-            last = (r + n_blocks - 1) % STAGES
-            mbarrier.wait(v_ready.index(last), ((r + n_blocks - 1) // STAGES) & 1)
-            acc = warpgroup_mma(p_op, v_bufs.index(last), acc, is_async=True)
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index(last), count=1)
-
-            out = acc / gl.convert_layout(l_i, rows_o)[:, None]
-            # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
-            gl.store(LSE + lse_row + offs_m, (m_i + gl.log2(l_i)) * LN2, mask=offs_m < Tq)
-            rows = r0 + gl.arange(0, ROWS, layout=rows_o)
+            out, lse = _finish(r + n_blocks - 1, ring_bufs, acc, p_op, m_i, l_i)
+            gl.store(LSE + lse_row + offs_m, lse, mask=offs_m < Tq)
+            rows = r0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
             at = (
                 out_base
                 + (rows.to(gl.int64) * width + col_q)[:, None]
-                + gl.arange(0, D, layout=cols_o)[None, :]
+                + gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))[None, :]
             )
             gl.store(OUT + at, out.to(dtype), mask=(rows < Tq)[:, None])
             r += n_blocks

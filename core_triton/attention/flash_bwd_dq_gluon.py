@@ -39,6 +39,7 @@ from core_triton.attention.gluon_parts import (
     fill_slot,
     gl,
     gluon,
+    key_blocks,
     mbarrier,
     ring,
     tma,
@@ -50,13 +51,6 @@ from core_triton.attention.gluon_parts import (
 if AVAILABLE:
 
     @gluon.jit
-    def _key_blocks(r_end, Tk, CAUSAL: gl.constexpr, BN: gl.constexpr):
-        """How many key blocks rows ``.. r_end - 1`` see (causal: keys up
-        to the last row's own position)."""
-        end = gl.minimum(Tk, r_end) if CAUSAL else Tk
-        return gl.cdiv(end, BN)
-
-    @gluon.jit
     def _producer(descs, q_smem, do_smem, k_bufs, v_bufs, bars, m0, col_q, col_k, Tk,
                   CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One warp: Q and dO once, then K and V of each key block the
@@ -66,7 +60,7 @@ if AVAILABLE:
         mbarrier.expect(qd_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [m0, col_q], qd_bar, q_smem)
         tma.async_copy_global_to_shared(do_desc, [m0, col_q], qd_bar, do_smem)
-        for j in range(_key_blocks(m0 + BM, Tk, CAUSAL, BN)):
+        for j in range(key_blocks(m0 + BM, Tk, CAUSAL, BN)):
             fill_slot(k_desc, [j * BN, col_k], k_bufs, k_ready, k_empty, j)
             fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
@@ -108,10 +102,10 @@ if AVAILABLE:
         qk_scale = scale * LOG2E
         s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
         dq = gl.zeros([ROWS, D], gl.float32, acc_layout)
-        n_blocks = _key_blocks(m0 + BM, Tk, CAUSAL, BN)
+        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
         # This group's rows see key blocks < mine; the program's ring walks
         # the other group's too (causal: the upper group sees more).
-        mine = _key_blocks(r0 + ROWS, Tk, CAUSAL, BN)
+        mine = key_blocks(r0 + ROWS, Tk, CAUSAL, BN)
         # Each row sees the keys below `limit`; a block reaching past
         # `bound` holds keys some row of the group must not see.
         limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk

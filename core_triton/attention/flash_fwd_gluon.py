@@ -49,6 +49,7 @@ from core_triton.attention.gluon_parts import (
     fill_slot,
     gl,
     gluon,
+    key_blocks,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -137,6 +138,65 @@ if AVAILABLE:
         return acc, p_op, m_i, l_i
 
     @gluon.jit
+    def _attend(r, q_bar, q_phase, q_rows, ring, offs_m, n_blocks, qk_scale, Tk, CAUSAL: gl.constexpr,
+                BN: gl.constexpr, D: gl.constexpr, turns, HALF: gl.constexpr,
+                PINGPONG: gl.constexpr):  # fmt: skip
+        """One consumer group's rows ``offs_m`` (``q_rows``, ready once
+        ``q_bar`` completes phase ``q_phase``) over ``n_blocks`` key blocks
+        from the ring's ``r``-th use on, but for the last block's ``P V``
+        (:func:`_finish`): block 0's scores and probabilities (masked when
+        it is the last), then _step for the others, only the last masked
+        (see the module docstring).  Returns ``(acc, p_op, m_i, l_i)``;
+        every ``Q K^T`` has retired."""
+        k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        ROWS: gl.constexpr = q_rows.type.shape[0]
+        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
+        o_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
+        p_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
+        rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
+
+        mbarrier.wait(q_bar, q_phase)
+        slot = r % STAGES
+        mbarrier.wait(k_ready.index(slot), (r // STAGES) & 1)
+        s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        if n_blocks == 1:
+            s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
+        m_i = gl.max(s, 1) * qk_scale
+        p = gl.exp2(s * qk_scale - m_i[:, None])
+        l_i = gl.sum(p, 1)
+        p_op = gl.convert_layout(p.to(q_rows.dtype), p_layout)
+        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
+
+        # Nothing is in flight from one block to the next.
+        for j in range(1, n_blocks - 1):
+            acc, p_op, m_i, l_i = _step(j, r + j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
+                                        offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF, PINGPONG)  # fmt: skip
+        if n_blocks > 1:
+            acc, p_op, m_i, l_i = _step(n_blocks - 1, r + n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op,
+                                        m_i, l_i, qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
+                                        PINGPONG)  # fmt: skip
+        return acc, p_op, m_i, l_i
+
+    @gluon.jit
+    def _finish(last, ring, acc, p_op, m_i, l_i):
+        """The last key block's ``P V`` (the ring's ``last``-th use), then
+        the rows' output ``acc / l`` and ``lse`` (natural log)."""
+        k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        rows_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+        slot = last % STAGES
+        mbarrier.wait(v_ready.index(slot), (last // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_bufs.index(slot), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(slot), count=1)
+        # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
+        return acc / gl.convert_layout(l_i, rows_o)[:, None], (m_i + gl.log2(l_i)) * LN2
+
+    @gluon.jit
     def _consumer(HALF: gl.constexpr, shared, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                   D: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
         """One warp group, the query rows ``m0 + HALF * BM / 2`` on: the
@@ -145,55 +205,17 @@ if AVAILABLE:
         both take (buffers, barriers, the output's descriptor, scalars)."""
         q_smem, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, m0, col_q, lse_row, Tq, Tk, n_blocks = shared
         q_bar, k_ready, k_empty, v_ready, v_empty, turns = bars
-        STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
         dtype: gl.constexpr = q_smem.dtype
-        s_layout: gl.constexpr = wgmma_layouts(BN, D)[0]
-        o_layout: gl.constexpr = wgmma_layouts(BN, D)[1]
-        p_layout: gl.constexpr = wgmma_layouts(BN, D)[2]
-        rows_s: gl.constexpr = gl.SliceLayout(1, s_layout)
-        rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+        rows_s: gl.constexpr = gl.SliceLayout(1, wgmma_layouts(BN, D)[0])
         q_rows = q_smem.slice(HALF * ROWS, ROWS)
         r0 = m0 + HALF * ROWS
-
-        s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
         ring = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
         offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
 
-        # Block 0: its scores and probabilities (masked when it is the last).
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(k_ready.index(0), 0)
-        s = warpgroup_mma(q_rows, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0), count=1)
-        if n_blocks == 1:
-            s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
-        m_i = gl.max(s, 1) * qk_scale
-        p = gl.exp2(s * qk_scale - m_i[:, None])
-        l_i = gl.sum(p, 1)
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        acc = gl.zeros([ROWS, D], gl.float32, o_layout)
-
-        # Blocks 1 .. n_blocks - 2 unmasked, then the last one masked (see the
-        # module docstring).  Nothing is in flight from one block to the next.
-        for j in range(1, n_blocks - 1):
-            acc, p_op, m_i, l_i = _step(j, j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
-                                        offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF, PINGPONG)  # fmt: skip
-        if n_blocks > 1:
-            acc, p_op, m_i, l_i = _step(n_blocks - 1, n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op,
-                                        m_i, l_i, qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
-                                        PINGPONG)  # fmt: skip
-
-        # The last block's P V.
-        last = (n_blocks - 1) % STAGES
-        mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_bufs.index(last), acc, is_async=True)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(last), count=1)
-
-        out = acc / gl.convert_layout(l_i, rows_o)[:, None]
-        # Every row (those past Tq too, never stored) sees key 0: l_i > 0.
-        lse = (m_i + gl.log2(l_i)) * LN2
+        acc, p_op, m_i, l_i = _attend(0, q_bar, 0, q_rows, ring, offs_m, n_blocks, qk_scale, Tk, CAUSAL, BN,
+                                      D, turns, HALF, PINGPONG)  # fmt: skip
+        out, lse = _finish(n_blocks - 1, ring, acc, p_op, m_i, l_i)
         gl.store(LSE + lse_row + offs_m, lse, mask=offs_m < Tq)
         # These rows of Q's buffer are free (this group's products are done;
         # the other group reads only its own rows): the output leaves through
@@ -234,8 +256,8 @@ if AVAILABLE:
         which runs only the blocks holding a row whose segment holds every
         key (``QRANGE [B, 2, Tq]``, segment_ranges' format; any pointer for
         ``GATE`` 0); the others return at once.  ``PINGPONG``: the consumer
-        groups take turns to issue their products (_step; not yet run on a
-        GPU, so no plan sets it)."""
+        groups take turns to issue their products (_step; it ran no faster
+        on the H200, 39th session, so no plan sets it)."""
         gl.static_assert(BM == BN, "the mask is applied to the last key block only")
         pid_m = gl.program_id(0)
         if CAUSAL:
@@ -306,8 +328,7 @@ if AVAILABLE:
             turns = q_bar  # unused
         bars = (q_bar, k_ready, k_empty, v_ready, v_empty, turns)
 
-        end = gl.minimum(Tk, m0 + BM) if CAUSAL else Tk
-        n_blocks = gl.cdiv(end, BN)
+        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
         col_q = hq * D
         col_k = h * D
         lse_row = (b * HQ + hq) * Tq

@@ -35,6 +35,13 @@ if AVAILABLE:
         return scores, out, gl.DotOperandLayout(operand_index=0, parent=out, k_width=2)
 
     @gluon.jit
+    def key_blocks(r_end, Tk, CAUSAL: gl.constexpr, BN: gl.constexpr):
+        """How many key blocks of ``BN`` query rows ``.. r_end - 1`` see
+        (causal, top-left aligned: keys up to the last row's own position)."""
+        end = gl.minimum(Tk, r_end) if CAUSAL else Tk
+        return gl.cdiv(end, BN)
+
+    @gluon.jit
     def batch_rows(
         base, b, T, width: gl.constexpr, block: gl.constexpr, D: gl.constexpr, layout: gl.constexpr
     ):
@@ -69,4 +76,4 @@ if AVAILABLE:
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
-    batch_rows = ring = fill_slot = wgmma_layouts = None
+    batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = None
