@@ -25,10 +25,10 @@ from core_triton.attention.flash_bwd_dkdv_gluon import _accumulate, _walk
 from core_triton.attention.flash_common import LOG2E
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
-    batch_rows,
     fill_slot,
     gl,
     gluon,
+    grad_inputs,
     mbarrier,
     ring,
     tma,
@@ -133,12 +133,7 @@ if AVAILABLE:
         n_k = gl.cdiv(Tk, BN)
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        descs = (
-            batch_rows(Q, b, Tq, HQ * D, BM, D, layout),
-            batch_rows(DO, b, Tq, HQ * D, BM, D, layout),
-            batch_rows(K, b, Tk, H * D, BN, D, layout),
-            batch_rows(V, b, Tk, H * D, BN, D, layout),
-        )
+        descs = grad_inputs(Q, DO, K, V, b, Tq, Tk, HQ, H, D, BM, BN, layout)
         k_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
         v_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
         q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)

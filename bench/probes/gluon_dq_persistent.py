@@ -25,10 +25,10 @@ from bench.probes.gluon_fwd_persistent import _query_block
 from core_triton.attention.flash_bwd_dq_gluon import _accumulate
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
-    batch_rows,
     fill_slot,
     gl,
     gluon,
+    grad_inputs,
     key_blocks,
     mbarrier,
     ring,
@@ -125,12 +125,7 @@ if AVAILABLE:
         n_m = gl.cdiv(Tq, BM)
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-        descs = (
-            batch_rows(Q, b, Tq, HQ * D, BM, D, layout),
-            batch_rows(DO, b, Tq, HQ * D, BM, D, layout),
-            batch_rows(K, b, Tk, H * D, BN, D, layout),
-            batch_rows(V, b, Tk, H * D, BN, D, layout),
-        )
+        descs = grad_inputs(Q, DO, K, V, b, Tq, Tk, HQ, H, D, BM, BN, layout)
         q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
         do_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
         k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)

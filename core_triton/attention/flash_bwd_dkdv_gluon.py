@@ -44,6 +44,7 @@ from core_triton.attention.gluon_parts import (
     fill_slot,
     gl,
     gluon,
+    grad_inputs,
     mbarrier,
     ring,
     tma,
@@ -201,10 +202,7 @@ if AVAILABLE:
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.
-        q_desc = batch_rows(Q, b, Tq, HQ * D, BM, D, layout)
-        do_desc = batch_rows(DO, b, Tq, HQ * D, BM, D, layout)
-        k_desc = batch_rows(K, b, Tk, H * D, BN, D, layout)
-        v_desc = batch_rows(V, b, Tk, H * D, BN, D, layout)
+        descs = grad_inputs(Q, DO, K, V, b, Tq, Tk, HQ, H, D, BM, BN, layout)
         # The outputs half a key block at a time (each consumer group its own).
         dk_desc = batch_rows(DK, b, Tk, H * D, BN // 2, D, layout)
         dv_desc = batch_rows(DV, b, Tk, H * D, BN // 2, D, layout)
@@ -218,7 +216,6 @@ if AVAILABLE:
         q_ready, q_empty = ring(STAGES)
         do_ready, do_empty = ring(STAGES)
         bars = (kv_bar, q_ready, q_empty, do_ready, do_empty)
-        descs = (q_desc, do_desc, k_desc, v_desc)
         shared = (
             k_smem,
             v_smem,

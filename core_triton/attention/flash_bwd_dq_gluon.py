@@ -39,6 +39,7 @@ from core_triton.attention.gluon_parts import (
     fill_slot,
     gl,
     gluon,
+    grad_inputs,
     key_blocks,
     mbarrier,
     ring,
@@ -195,10 +196,7 @@ if AVAILABLE:
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.
-        q_desc = batch_rows(Q, b, Tq, HQ * D, BM, D, layout)
-        do_desc = batch_rows(DO, b, Tq, HQ * D, BM, D, layout)
-        k_desc = batch_rows(K, b, Tk, H * D, BN, D, layout)
-        v_desc = batch_rows(V, b, Tk, H * D, BN, D, layout)
+        descs = grad_inputs(Q, DO, K, V, b, Tq, Tk, HQ, H, D, BM, BN, layout)
         # dQ half a query block at a time (each consumer group its own).
         dq_desc = batch_rows(DQ, b, Tq, HQ * D, BM // 2, D, layout)
 
@@ -211,7 +209,6 @@ if AVAILABLE:
         k_ready, k_empty = ring(STAGES)
         v_ready, v_empty = ring(STAGES)
         bars = (qd_bar, k_ready, k_empty, v_ready, v_empty)
-        descs = (q_desc, do_desc, k_desc, v_desc)
         shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk)
         gl.warp_specialize(
             [

@@ -51,6 +51,19 @@ if AVAILABLE:
         return tma.make_tensor_descriptor(base + b * T * width, [T, width], [width, 1], [block, D], layout)
 
     @gluon.jit
+    def grad_inputs(Q, DO, K, V, b, Tq, Tk, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                    BM: gl.constexpr, BN: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+        """The backward's input descriptors of batch ``b`` (batch_rows), in
+        this order: Q and dO ``[B, Tq, HQ, D]`` ``BM`` rows at a time, K and
+        V ``[B, Tk, H, D]`` ``BN`` rows at a time."""
+        return (
+            batch_rows(Q, b, Tq, HQ * D, BM, D, layout),
+            batch_rows(DO, b, Tq, HQ * D, BM, D, layout),
+            batch_rows(K, b, Tk, H * D, BN, D, layout),
+            batch_rows(V, b, Tk, H * D, BN, D, layout),
+        )
+
+    @gluon.jit
     def ring(STAGES: gl.constexpr):
         """``(ready, empty)`` mbarriers of a ring of ``STAGES`` slots: one
         arrival (the producer's expected bytes) makes a slot ready, the two
@@ -76,4 +89,4 @@ if AVAILABLE:
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
-    batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = None
+    batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = grad_inputs = None
