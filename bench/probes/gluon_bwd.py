@@ -72,66 +72,49 @@ def _nan_like(*arrays):
     return tuple(torch.full_like(a, float("nan")) for a in arrays)
 
 
-def gluon_dkdv(inputs, causal, bm, stages, out=None):
-    """The dK/dV draft's ``(dk, dv)``, into ``out`` if given (timing), else
-    into new arrays filled with NaN."""
+def _grid0(tiles, blocks, rows):
+    """Axis 0 of a launch: ``blocks`` (one block a program), or for a
+    persistent draft ``tiles`` programs a row (0: the rule of
+    bench.probes.gluon_flash.persistent_tiles)."""
+    from bench.probes.gluon_flash import persistent_tiles
+
+    return blocks if tiles is None else tiles or persistent_tiles(blocks, rows)
+
+
+def gluon_dkdv(inputs, causal, bm, stages, out=None, tiles=None):
+    """The dK/dV kernel's ``(dk, dv)`` (``tiles`` given: the persistent
+    draft's, bench.probes.gluon_dkdv_persistent, ``tiles`` programs a
+    (batch, key head)), into ``out`` if given (timing), else into new arrays
+    filled with NaN."""
+    from bench.probes.gluon_dkdv_persistent import flash_bwd_dkdv_gluon_persistent_kernel
+
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     dk, dv = out or _nan_like(k, v)
-    flash_bwd_dkdv_gluon_kernel[(triton.cdiv(Tk, 128), B * H)](
+    kernel = flash_bwd_dkdv_gluon_kernel if tiles is None else flash_bwd_dkdv_gluon_persistent_kernel
+    kernel[(_grid0(tiles, triton.cdiv(Tk, 128), B * H), B * H)](
         q, k, v, inputs["do"], inputs["lse"], inputs["delta"], 1.0 / math.sqrt(D), B, Tq, Tk, dk, dv,
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=bm, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return dk, dv
 
 
-def gluon_dq(inputs, causal, bn, stages, out=None):
-    """The dQ draft's ``(dq, delta)``, into ``out`` if given (timing), else
-    into new arrays filled with NaN."""
+def gluon_dq(inputs, causal, bn, stages, out=None, tiles=None):
+    """The dQ kernel's ``(dq, delta)`` (``tiles`` given: the persistent
+    draft's, bench.probes.gluon_dq_persistent, ``tiles`` programs a (batch,
+    head)), into ``out`` if given (timing), else into new arrays filled
+    with NaN."""
+    from bench.probes.gluon_dq_persistent import flash_bwd_dq_gluon_persistent_kernel
+
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     dq, delta = out or _nan_like(q, inputs["lse"])
-    flash_bwd_dq_gluon_kernel[(triton.cdiv(Tq, 128), B * HQ)](
+    kernel = flash_bwd_dq_gluon_kernel if tiles is None else flash_bwd_dq_gluon_persistent_kernel
+    kernel[(_grid0(tiles, triton.cdiv(Tq, 128), B * HQ), B * HQ)](
         q, k, v, inputs["o"], inputs["do"], inputs["lse"], 1.0 / math.sqrt(D), B, Tq, Tk, dq, delta,
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=bn, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
-    )  # fmt: skip
-    return dq, delta
-
-
-def gluon_dkdv_persistent(inputs, causal, tiles, stages, out=None):
-    """The persistent dK/dV draft's ``(dk, dv)`` (bench.probes.gluon_dkdv_persistent)
-    at the plan's tiles (BM 64, BN 128), ``tiles`` programs a (batch, key
-    head) (0: the rule of bench.probes.gluon_flash.persistent_tiles)."""
-    from bench.probes.gluon_dkdv_persistent import flash_bwd_dkdv_gluon_persistent_kernel
-    from bench.probes.gluon_flash import persistent_tiles
-
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    B, Tq, HQ, D = q.shape
-    _, Tk, H, _ = k.shape
-    dk, dv = out or _nan_like(k, v)
-    flash_bwd_dkdv_gluon_persistent_kernel[(tiles or persistent_tiles(B, H, Tk), B * H)](
-        q, k, v, inputs["do"], inputs["lse"], inputs["delta"], 1.0 / math.sqrt(D), B, Tq, Tk, dk, dv,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=64, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
-    )  # fmt: skip
-    return dk, dv
-
-
-def gluon_dq_persistent(inputs, causal, tiles, stages, out=None):
-    """The persistent dQ draft's ``(dq, delta)`` (bench.probes.gluon_dq_persistent)
-    at the plan's tiles, ``tiles`` programs a (batch, head) (0: the rule of
-    bench.probes.gluon_flash.persistent_tiles)."""
-    from bench.probes.gluon_dq_persistent import flash_bwd_dq_gluon_persistent_kernel
-    from bench.probes.gluon_flash import persistent_tiles
-
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    B, Tq, HQ, D = q.shape
-    _, Tk, H, _ = k.shape
-    dq, delta = out or _nan_like(q, inputs["lse"])
-    flash_bwd_dq_gluon_persistent_kernel[(tiles or persistent_tiles(B, HQ, Tq), B * HQ)](
-        q, k, v, inputs["o"], inputs["do"], inputs["lse"], 1.0 / math.sqrt(D), B, Tq, Tk, dq, delta,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return dq, delta
 
@@ -190,21 +173,22 @@ def main():
                 else 0
             )
 
+        dkdv_us, dq_us = plan_time(dkdv_steps), plan_time(dq_steps)
         failed += _variant_rows(
             shape, "dK/dV BM", lambda m, s, o=None, i=inputs, c=causal: gluon_dkdv(i, c, m, s, o),
-            DKDV_VARIANTS, dkdv_ref, plan_time(dkdv_steps),
+            DKDV_VARIANTS, dkdv_ref, dkdv_us,
         )  # fmt: skip
         failed += _variant_rows(
-            shape, "dK/dV pers tiles", lambda n, s, o=None, i=inputs, c=causal:
-            gluon_dkdv_persistent(i, c, n, s, o), PERSISTENT_VARIANTS, dkdv_ref, plan_time(dkdv_steps),
+            shape, "dK/dV BM 64 pers tiles", lambda n, s, o=None, i=inputs, c=causal:
+            gluon_dkdv(i, c, 64, s, o, tiles=n), PERSISTENT_VARIANTS, dkdv_ref, dkdv_us,
         )  # fmt: skip
         failed += _variant_rows(
             shape, "dQ BN", lambda n, s, o=None, i=inputs, c=causal: gluon_dq(i, c, n, s, o),
-            DQ_VARIANTS, dq_ref, plan_time(dq_steps),
+            DQ_VARIANTS, dq_ref, dq_us,
         )  # fmt: skip
         failed += _variant_rows(
-            shape, "dQ pers tiles", lambda n, s, o=None, i=inputs, c=causal:
-            gluon_dq_persistent(i, c, n, s, o), PERSISTENT_VARIANTS, dq_ref, plan_time(dq_steps),
+            shape, "dQ BN 128 pers tiles", lambda n, s, o=None, i=inputs, c=causal:
+            gluon_dq(i, c, 128, s, o, tiles=n), PERSISTENT_VARIANTS, dq_ref, dq_us,
         )  # fmt: skip
     print(f"checks failed: {failed}")
 

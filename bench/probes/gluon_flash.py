@@ -75,12 +75,12 @@ def _kernel(name):
     return importlib.import_module(name).flash_fwd_gluon_kernel, {}
 
 
-def persistent_tiles(B, HQ, Tq):
-    """Programs a (batch, head) row for the persistent draft: about two
-    waves of programs in all (132 SMs), at most one per query block."""
-    n_m = triton.cdiv(Tq, 128)
+def persistent_tiles(blocks, rows):
+    """Programs a row (a (batch, head) of ``blocks`` blocks; ``rows`` of
+    them) for a persistent draft: about two waves of programs in all, at
+    most one a block."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return max(1, min(n_m, (2 * sms) // (B * HQ)))
+    return max(1, min(blocks, (2 * sms) // rows))
 
 
 VARIANTS = tuple((name, *_kernel(name)) for name in MODULES)
@@ -97,7 +97,7 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
     )
     extra = dict(extra or {})
     if "_tiles" in extra:  # the persistent draft
-        grid = (extra.pop("_tiles") or persistent_tiles(B, HQ, Tq), B * HQ)
+        grid = (extra.pop("_tiles") or persistent_tiles(triton.cdiv(Tq, 128), B * HQ), B * HQ)
         gate, gate_flag = (), {}
     else:
         grid = (triton.cdiv(Tq, 128), B * HQ)
