@@ -96,13 +96,11 @@ def _switched_on(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
     return mode == "on"
 
 
-def _gluon_wanted(Tq: int, Tk: int, mode: str | None = None, min_len: int | None = None) -> bool:
-    """A Gluon kernel's switch (the forward's unless ``mode`` and
-    ``min_len`` are given): never under the interpreter or without Gluon."""
+def _gluon_wanted(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
+    """A Gluon kernel's switch (_switched_on), but never under the
+    interpreter or without Gluon."""
     if flash_fwd_gluon.flash_fwd_gluon_kernel is None or interpreter_requested():
         return False
-    if mode is None:
-        mode, min_len = GLUON_FORWARD, GLUON_MIN_LEN
     return _switched_on(mode, min_len, Tq, Tk)
 
 
@@ -165,7 +163,8 @@ def ws_forward(
     _, Tk, H, _ = k.shape
     if not _applies(q, k, v, opts, plain, out_dtype):
         return None
-    if sink is None and D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX and _gluon_wanted(Tq, Tk):
+    gluon = _gluon_wanted(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
+    if gluon and sink is None and D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX:
         return _gluon_forward(q, k, v, opts, gate_range)
     if not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
         return None
@@ -232,7 +231,7 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
         or B * HQ > GRID_Y_MAX
         or not _applies(q, k, v, opts, plain, out_dtype)
         or not all(t.dtype == q.dtype and _row_major(t) for t in (do, o))
-        or not _gluon_wanted(Tq, Tk, GLUON_BACKWARD, GLUON_BWD_MIN_LEN)
+        or not _gluon_wanted(GLUON_BACKWARD, GLUON_BWD_MIN_LEN, Tq, Tk)
     ):
         return None, None
     common = dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal)
