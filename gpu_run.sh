@@ -18,8 +18,8 @@
 #                  process a case at once (timings discarded), for the cache save;
 #   PART=paths     the flash forward through each binding's launch path, with
 #                  Triton's ptxas and with another (bench.probes.launch_paths);
-#   PART=gluon     the Gluon kernels' probes: the forward and its persistent
-#                  draft, the dK/dV and dQ kernels at several tiles, each
+#   PART=gluon     the Gluon kernels' probes: the forward, the dK/dV and dQ
+#                  kernels at several tiles, each
 #                  beside the Triton kernels and checked first.
 # Usage: [PART=...] bash gpu_run.sh [OUTDIR]
 set -u
@@ -114,10 +114,9 @@ fi
 if [ "$part" = gluon ]; then
   # Each checks its kernels against a reference first, then times them beside
   # the plan's launches (bench.probes.gluon_flash, bench.probes.gluon_bwd).
-  # GLUON_FLASH_MODULES picks the forwards (default: the library's, and the
-  # persistent draft by its rule and with one program a head); GLUON_BWD=0
+  # GLUON_FLASH_MODULES picks the forwards (default: the library's); GLUON_BWD=0
   # leaves out the backward's probe.
-  GLUON_FLASH_MODULES=${GLUON_FLASH_MODULES:-core,persistent,persistent-1} timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
+  GLUON_FLASH_MODULES=${GLUON_FLASH_MODULES:-core} timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_flash 2>&1 | tee "$out/gluon_flash.log"
   [ "${GLUON_BWD:-1}" = 0 ] || timeout "${GLUON_TIMEOUT:-240}" python3 -m bench.probes.gluon_bwd 2>&1 | tee "$out/gluon_bwd.log"
 fi
 if [ "$part" = probe ]; then

@@ -8,10 +8,7 @@ launch ``dq`` and ``delta``, its dK/dV launch (the split's sum included)
 ``dk`` and ``dv`` (bench.probes.dkdv_runs.backward_case): those are the
 reference, themselves tested against float64.  Each variant of each kernel
 (``DKDV_VARIANTS``, ``DQ_VARIANTS``: the query or key block and the
-stages; ``PERSISTENT_VARIANTS``: the persistent drafts of
-bench.probes.gluon_dkdv_persistent and gluon_dq_persistent, their
-programs a head and stages) runs
-on the same inputs with its outputs filled with NaN first and is compared
+stages) runs on the same inputs with its outputs filled with NaN first and is compared
 with them (largest difference over the reference's largest
 magnitude; the dK/dV draft takes the plan's ``delta``); at the timing
 shapes both launches are timed alone.  Check shapes first (ragged
@@ -63,8 +60,6 @@ DKDV_VARIANTS = ((64, 2),)
 # (key block, stages) with 128 queries a program: the plan's (BN 64 with 2
 # or 3 stages within 3% of it).
 DQ_VARIANTS = ((128, 2),)
-# The persistent drafts: (programs a (batch, head), 0 for the rule; stages).
-PERSISTENT_VARIANTS = ((0, 2), (1, 2))
 MAXNREG = 168
 
 
@@ -72,47 +67,28 @@ def _nan_like(*arrays):
     return tuple(torch.full_like(a, float("nan")) for a in arrays)
 
 
-def _grid0(tiles, blocks, rows):
-    """Axis 0 of a launch: ``blocks`` (one block a program), or for a
-    persistent draft ``tiles`` programs a row (0: the rule of
-    bench.probes.gluon_flash.persistent_tiles)."""
-    from bench.probes.gluon_flash import persistent_tiles
-
-    return blocks if tiles is None else tiles or persistent_tiles(blocks, rows)
-
-
-def gluon_dkdv(inputs, causal, bm, stages, out=None, tiles=None):
-    """The dK/dV kernel's ``(dk, dv)`` (``tiles`` given: the persistent
-    draft's, bench.probes.gluon_dkdv_persistent, ``tiles`` programs a
-    (batch, key head)), into ``out`` if given (timing), else into new arrays
-    filled with NaN."""
-    from bench.probes.gluon_dkdv_persistent import flash_bwd_dkdv_gluon_persistent_kernel
-
+def gluon_dkdv(inputs, causal, bm, stages, out=None):
+    """The dK/dV kernel's ``(dk, dv)``, into ``out`` if given (timing), else
+    into new arrays filled with NaN."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     dk, dv = out or _nan_like(k, v)
-    kernel = flash_bwd_dkdv_gluon_kernel if tiles is None else flash_bwd_dkdv_gluon_persistent_kernel
-    kernel[(_grid0(tiles, triton.cdiv(Tk, 128), B * H), B * H)](
+    flash_bwd_dkdv_gluon_kernel[(triton.cdiv(Tk, 128), B * H)](
         q, k, v, inputs["do"], inputs["lse"], inputs["delta"], 1.0 / math.sqrt(D), B, Tq, Tk, dk, dv,
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=bm, BN=128, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return dk, dv
 
 
-def gluon_dq(inputs, causal, bn, stages, out=None, tiles=None):
-    """The dQ kernel's ``(dq, delta)`` (``tiles`` given: the persistent
-    draft's, bench.probes.gluon_dq_persistent, ``tiles`` programs a (batch,
-    head)), into ``out`` if given (timing), else into new arrays filled
-    with NaN."""
-    from bench.probes.gluon_dq_persistent import flash_bwd_dq_gluon_persistent_kernel
-
+def gluon_dq(inputs, causal, bn, stages, out=None):
+    """The dQ kernel's ``(dq, delta)``, into ``out`` if given (timing), else
+    into new arrays filled with NaN."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     dq, delta = out or _nan_like(q, inputs["lse"])
-    kernel = flash_bwd_dq_gluon_kernel if tiles is None else flash_bwd_dq_gluon_persistent_kernel
-    kernel[(_grid0(tiles, triton.cdiv(Tq, 128), B * HQ), B * HQ)](
+    flash_bwd_dq_gluon_kernel[(triton.cdiv(Tq, 128), B * HQ)](
         q, k, v, inputs["o"], inputs["do"], inputs["lse"], 1.0 / math.sqrt(D), B, Tq, Tk, dq, delta,
         HQ=HQ, H=H, D=D, CAUSAL=causal, BM=128, BN=bn, STAGES=stages, num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
@@ -179,16 +155,8 @@ def main():
             DKDV_VARIANTS, dkdv_ref, dkdv_us,
         )  # fmt: skip
         failed += _variant_rows(
-            shape, "dK/dV BM 64 pers tiles", lambda n, s, o=None, i=inputs, c=causal:
-            gluon_dkdv(i, c, 64, s, o, tiles=n), PERSISTENT_VARIANTS, dkdv_ref, dkdv_us,
-        )  # fmt: skip
-        failed += _variant_rows(
             shape, "dQ BN", lambda n, s, o=None, i=inputs, c=causal: gluon_dq(i, c, n, s, o),
             DQ_VARIANTS, dq_ref, dq_us,
-        )  # fmt: skip
-        failed += _variant_rows(
-            shape, "dQ BN 128 pers tiles", lambda n, s, o=None, i=inputs, c=causal:
-            gluon_dq(i, c, 128, s, o, tiles=n), PERSISTENT_VARIANTS, dq_ref, dq_us,
         )  # fmt: skip
     print(f"checks failed: {failed}")
 

@@ -11,8 +11,7 @@ cuDNN, one after another in each of three rounds (medians).
 
 ``python -m bench.probes.gluon_flash``; ``GLUON_FLASH_TIME=0`` checks only;
 ``GLUON_FLASH_MODULES=core,mod,...``: the kernels to take, ``core`` the
-library's (``core-pingpong`` the same with ``PINGPONG``; ``persistent`` or
-``persistent-N`` the draft of bench.probes.gluon_fwd_persistent) and any other a
+library's (``core-pingpong`` the same with ``PINGPONG``) and any other a
 module holding a ``flash_fwd_gluon_kernel`` of the same parameters (an
 older copy, with or without ``QRANGE``/``GATE``), each checked and timed
 beside the others.
@@ -62,25 +61,10 @@ MODULES = os.environ.get("GLUON_FLASH_MODULES", "core").split(",")
 
 
 def _kernel(name):
-    """``(kernel, extra constexprs)`` of a ``GLUON_FLASH_MODULES`` entry
-    (``persistent`` and ``persistent-N``: the draft of
-    bench.probes.gluon_fwd_persistent, its programs a (batch, head) by the
-    rule of ``persistent_tiles`` or ``N``; ``_tiles`` is not a constexpr)."""
+    """``(kernel, extra constexprs)`` of a ``GLUON_FLASH_MODULES`` entry."""
     if name in ("core", "core-pingpong"):
         return flash_fwd_gluon.flash_fwd_gluon_kernel, {"PINGPONG": name == "core-pingpong"}
-    if name.startswith("persistent"):
-        from bench.probes.gluon_fwd_persistent import flash_fwd_gluon_persistent_kernel
-
-        return flash_fwd_gluon_persistent_kernel, {"_tiles": int(name[11:] or 0)}
     return importlib.import_module(name).flash_fwd_gluon_kernel, {}
-
-
-def persistent_tiles(blocks, rows):
-    """Programs a row (a (batch, head) of ``blocks`` blocks; ``rows`` of
-    them) for a persistent draft: about two waves of programs in all, at
-    most one a block."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    return max(1, min(blocks, (2 * sms) // rows))
 
 
 VARIANTS = tuple((name, *_kernel(name)) for name in MODULES)
@@ -96,13 +80,9 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
         torch.full((B, HQ, Tq), float("nan"), device=q.device, dtype=torch.float32),
     )
     extra = dict(extra or {})
-    if "_tiles" in extra:  # the persistent draft
-        grid = (extra.pop("_tiles") or persistent_tiles(triton.cdiv(Tq, 128), B * HQ), B * HQ)
-        gate, gate_flag = (), {}
-    else:
-        grid = (triton.cdiv(Tq, 128), B * HQ)
-        gate = ("QRANGE" in kernel.arg_names) * (q,)
-        gate_flag = {"GATE": 0} if gate else {}
+    grid = (triton.cdiv(Tq, 128), B * HQ)
+    gate = ("QRANGE" in kernel.arg_names) * (q,)
+    gate_flag = {"GATE": 0} if gate else {}
     kernel[grid](
         q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
         HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, STAGES=STAGES, **extra,

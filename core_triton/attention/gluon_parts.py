@@ -1,9 +1,8 @@
 """Pieces the Gluon kernels share (flash_fwd_gluon, flash_bwd_dq_gluon,
-flash_bwd_dkdv_gluon and the drafts in bench/probes): Gluon itself,
-imported once (``AVAILABLE`` False, and the names None, where the installed
-Triton has no Gluon or another API: then no plan takes a Gluon kernel),
-per-batch TMA descriptors, the mbarriers of a ring of shared slots and the
-producer's load into one."""
+flash_bwd_dkdv_gluon): Gluon itself, imported once (``AVAILABLE`` False,
+and the names None, where the installed Triton has no Gluon or another API:
+then no plan takes a Gluon kernel), per-batch TMA descriptors, the
+mbarriers of a ring of shared slots and the producer's load into one."""
 
 try:  # Gluon is experimental.
     from triton.experimental import gluon
