@@ -123,7 +123,7 @@ def backward_plans(shared: GradShared):
         # The split is fixed before an autotuned tile is known (and head dim
         # 64's measured tiles depend on it): 64 keys a block.
         bn = 64 if chosen is None else chosen[1]
-        return dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count())
+        return dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count(), Tq)
 
     def dkdv_launches(gdt, strides, consts, splits):
         """flash_bwd_dkdv_kernel's launches (and the split's sum)."""

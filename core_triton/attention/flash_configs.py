@@ -215,22 +215,41 @@ def _measured_64(kind: str, causal: bool, length: int, ranged: bool, splits: int
 # D64, 32 on 4 heads.  Fuller grids (several sequences, more key heads) were
 # not measured and keep one program a key block.  DKDV_SPLITS: a fixed split (a divisor of every
 # group it meets) instead, for tests and probes; None: the rule.
+#
+# The split also bounds how many query rows one float32 accumulator sums.
+# On the H200 the error of dK and dV grows with that count, linearly (the
+# tensor cores' accumulation, not the kernels' indexing): B1, 128 keys, 16
+# query heads, head dim 128, bf16, against float64 (rms ratio, dK): 1.1M
+# queries on 16 key heads (1.1M rows a program) 2.70e-3, on 2 key heads
+# unsplit (8.9M rows) 1.07e-2 in both our Triton and our Gluon kernel, 2.72e-3
+# split; 2.37e-3 at 16k queries, what rounding P and dS to bf16 gives.
+# SDPA's cuDNN back end read 5.3e-2 at 1.1M rows, FlashAttention-2 2.7e-3
+# (40th session; docs/design.md).  DKDV_ROWS_MAX rows a program keeps the
+# accumulation's share under about 5e-3 (1.3e-3 per 1.1M rows); a lower bound
+# would cost memory at long sequences: the partials are float32 [splits, B,
+# Tk, H, D + DV], 8.6 GB at B1 T1M 32 on 4 heads D128 split in 2, a quarter
+# of q, dO, out and dQ.  The bound counts every query of a packed batch or a
+# windowed row, which a key block may not see: such calls split early.
 DKDV_SPLIT_BELOW = 8
 DKDV_PROGRAMS_PER_SM = 32
+DKDV_ROWS_MAX = 2**22
 DKDV_SPLITS: int | None = None
 
 
-def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int) -> int:
-    """How many programs share one key block's query heads: 1 where
-    ``key_blocks * programs`` is at least ``DKDV_SPLIT_BELOW`` an SM of
-    ``sms``; else the smallest divisor of ``group`` that makes it
-    ``DKDV_PROGRAMS_PER_SM`` an SM (``group`` itself when none does)."""
+def dkdv_splits(key_blocks: int, programs: int, group: int, sms: int, rows: int = 0) -> int:
+    """How many programs share one key block's query heads: the smallest
+    divisor of ``group`` (``group`` itself when none does) that makes
+    ``group * rows / splits`` (query rows a program sums; ``rows`` the
+    query length) at most ``DKDV_ROWS_MAX`` and, where ``key_blocks *
+    programs`` is below ``DKDV_SPLIT_BELOW`` an SM of ``sms``, makes it
+    ``DKDV_PROGRAMS_PER_SM`` an SM."""
     if DKDV_SPLITS is not None:
         return DKDV_SPLITS if group % DKDV_SPLITS == 0 else 1
-    if key_blocks * programs >= DKDV_SPLIT_BELOW * sms:
-        return 1
+    fills = key_blocks * programs >= DKDV_SPLIT_BELOW * sms
     for splits in range(1, group + 1):
-        if group % splits == 0 and key_blocks * programs * splits >= DKDV_PROGRAMS_PER_SM * sms:
+        if group % splits or group * rows > DKDV_ROWS_MAX * splits:
+            continue
+        if fills or key_blocks * programs * splits >= DKDV_PROGRAMS_PER_SM * sms:
             return splits
     return group
 

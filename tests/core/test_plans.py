@@ -401,6 +401,22 @@ def test_dkdv_group_split_rule():
     assert rule(400, 2, 16, 132) == 8 and rule(100, 2, 16, 132) == 16
 
 
+def test_dkdv_split_bounds_rows_a_program_sums():
+    """Past DKDV_ROWS_MAX query rows a program (group x query length) the
+    group is split even where the grid is full, into the fewest shares that
+    bring it under the bound: an accuracy rule (the float32 accumulation's
+    error grows with the rows it sums)."""
+    rule, most = flash_configs.dkdv_splits, flash_configs.DKDV_ROWS_MAX
+    full = (4096, 4, 8, 132)  # far more programs than DKDV_SPLIT_BELOW an SM
+    assert rule(*full, most // 8) == 1  # exactly at the bound
+    assert rule(*full, most // 8 + 1) == 2
+    assert rule(*full, most // 2) == 4 and rule(*full, 2 * most) == 8
+    assert rule(*full, 100 * most) == 8  # the whole group is as far as it goes
+    assert rule(4096, 4, 6, 132, most // 2) == 3  # a divisor: not 4 of a group of 6
+    assert rule(4096, 4, 1, 132, 10 * most) == 1  # no group to split
+    assert rule(64, 4, 8, 132, most // 4) == 8  # the occupancy rule asks more
+
+
 def test_autotuning_is_kept_per_length_class(monkeypatch):
     """An autotuned flash kernel keeps its pick per length class (the longer
     side rounded up to a power of two, 1k to 64k): lengths of one class

@@ -136,11 +136,11 @@ def test_gluon_64bit_offsets(monkeypatch):
       2**31): the last batch's output and every gradient equal a run on it
       alone.
 
-    With 16 query heads on 2 in the long batch (one program then sums 139k
-    blocks: 8 heads of 17k), dK was 1.05e-2 rms off the reference on the
-    H200 (39th session), past bfloat16's 1e-2, where rounding P and dS
-    gives about 2e-3; undiagnosed (docs/design.md, "The Gluon flash
-    backward on Hopper")."""
+    The long batch keeps 16 heads on 16: forced on, the Gluon dK/dV does
+    not split a group, and with 16 on 2 one program sums 8.9M rows, whose
+    accumulation alone costs about 8e-3 (the same in the Triton kernel
+    unsplit; the plan splits past flash_configs.DKDV_ROWS_MAX: docs/design.md,
+    "The Gluon flash backward on Hopper")."""
     import torch
 
     from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
