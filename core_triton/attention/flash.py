@@ -442,8 +442,11 @@ def attention_plans(
         In("bias") if bias is not None else In("q"),
         *scalars,
     )
-    # The Gluon backward for the calls the Gluon forward could take.
-    hopper = functools.partial(gluon_backward, q, k, v, opts, plain, sink, out_dtype, grad_dtype)
+    # The Gluon backward for the calls the Gluon forward could take (as the
+    # first launches of gated pairs where the forward's is one).
+    hopper = functools.partial(
+        gluon_backward, q, k, v, opts, like_plain if ranged else plain, sink, out_dtype, grad_dtype, ranged
+    )
     shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
                         kernel_and_grid, gated_pair if ranged else None, hopper)  # fmt: skip
     grads, dbias = backward_plans(shared)

@@ -42,6 +42,7 @@ from core_triton.attention.gluon_parts import (
     batch_rows,
     fence_async_shared,
     fill_slot,
+    gated_block,
     gl,
     gluon,
     grad_inputs,
@@ -176,6 +177,7 @@ if AVAILABLE:
         DO,
         LSE,
         DELTA,
+        KRANGE,
         scale,
         B,
         Tq,
@@ -186,6 +188,7 @@ if AVAILABLE:
         H: gl.constexpr,
         D: gl.constexpr,
         CAUSAL: gl.constexpr,
+        GATE: gl.constexpr,
         BM: gl.constexpr,
         BN: gl.constexpr,
         STAGES: gl.constexpr,
@@ -193,12 +196,30 @@ if AVAILABLE:
         """Grid ``(cdiv(Tk, BN), B * H)``: ``BN`` keys of one (batch, key
         head), the query heads ``h * HQ / H ..`` of its group walked in
         turn.  Launched with ``num_warps`` 4 and ``maxnreg`` 168 (the
-        consumers get 240, the producer 24)."""
+        consumers get 240, the producer 24).  ``GATE`` 1: the first launch
+        of a gated pair (flash.gated_pair), which runs only the blocks
+        holding a key whose segment holds every query (``KRANGE [B, 2,
+        Tk]``, segment_ranges' format; any pointer for ``GATE`` 0); the
+        others return at once."""
         pid_n = gl.program_id(0)
         pid_bh = gl.program_id(1)
         b = (pid_bh // H).to(gl.int64)
-        h = pid_bh % H
         n0 = pid_n * BN
+        args = (Q, K, V, DO, LSE, DELTA, scale, Tq, Tk, DK, DV, b, pid_bh, n0)
+        if GATE == 1:
+            if gated_block(KRANGE + b * 2 * Tk, n0, Tk, Tq, BN):
+                _dkdv_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES)
+        else:
+            _dkdv_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES)
+
+    @gluon.jit
+    def _dkdv_block(args, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+        """dK and dV of keys ``n0 .. n0 + BN`` of batch ``b`` and row
+        ``pid_bh`` of the grid (flash_bwd_dkdv_gluon_kernel; ``args``: its
+        pointers and sizes, then ``b, pid_bh, n0``)."""
+        Q, K, V, DO, LSE, DELTA, scale, Tq, Tk, DK, DV, b, pid_bh, n0 = args
+        h = pid_bh % H
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.

@@ -37,6 +37,7 @@ from core_triton.attention.gluon_parts import (
     batch_rows,
     fence_async_shared,
     fill_slot,
+    gated_block,
     gl,
     gluon,
     grad_inputs,
@@ -167,6 +168,7 @@ if AVAILABLE:
         OUT,
         DO,
         LSE,
+        QRANGE,
         scale,
         B,
         Tq,
@@ -177,6 +179,7 @@ if AVAILABLE:
         H: gl.constexpr,
         D: gl.constexpr,
         CAUSAL: gl.constexpr,
+        GATE: gl.constexpr,
         BM: gl.constexpr,
         BN: gl.constexpr,
         STAGES: gl.constexpr,
@@ -184,15 +187,33 @@ if AVAILABLE:
         """Grid ``(cdiv(Tq, BM), B * HQ)``: ``BM`` query rows of one (batch,
         query head), which reads key head ``hq // (HQ // H)``; causal blocks
         last first (they see the most keys).  Launched with ``num_warps`` 4
-        and ``maxnreg`` 168 (the consumers get 240, the producer 24)."""
+        and ``maxnreg`` 168 (the consumers get 240, the producer 24).
+        ``GATE`` 1: the first launch of a gated pair (flash.gated_pair),
+        which runs only the blocks holding a row whose segment holds every
+        key (``QRANGE [B, 2, Tq]``, segment_ranges' format; any pointer for
+        ``GATE`` 0); the others return at once."""
         pid_m = gl.program_id(0)
         if CAUSAL:
             pid_m = gl.num_programs(0) - 1 - pid_m
         pid_bh = gl.program_id(1)
         b = (pid_bh // HQ).to(gl.int64)
+        m0 = pid_m * BM
+        args = (Q, K, V, OUT, DO, LSE, scale, Tq, Tk, DQ, DELTA, b, pid_bh, m0)
+        if GATE == 1:
+            if gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
+                _dq_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES)
+        else:
+            _dq_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES)
+
+    @gluon.jit
+    def _dq_block(args, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+        """dQ and delta of query rows ``m0 .. m0 + BM`` of batch ``b`` and
+        row ``pid_bh`` of the grid (flash_bwd_dq_gluon_kernel; ``args``: its
+        pointers and sizes, then ``b, pid_bh, m0``)."""
+        Q, K, V, OUT, DO, LSE, scale, Tq, Tk, DQ, DELTA, b, pid_bh, m0 = args
         hq = pid_bh % HQ
         h = hq // (HQ // H)
-        m0 = pid_m * BM
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         # One descriptor per batch on its own base: rows past T are zeros.

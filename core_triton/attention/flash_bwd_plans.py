@@ -112,8 +112,12 @@ def backward_plans(shared: GradShared):
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
         splits = dkdv_split()
         hopper_dkdv, hopper_dq = shared.hopper(do, o, dlse, splits) if shared.hopper else (None, None)
-        dkdv_steps = (hopper_dkdv,) if hopper_dkdv else dkdv_launches(gdt, strides, consts, splits)
-        dq_steps = (hopper_dq,) if hopper_dq else dq_launches(gdt, strides, consts, do, o, dlse)
+        if shared.gate is not None:  # the Gluon launches, if any, first of the gated pairs
+            dkdv_steps = dkdv_launches(gdt, strides, consts, splits, hopper_dkdv)
+            dq_steps = dq_launches(gdt, strides, consts, do, o, dlse, hopper_dq)
+        else:
+            dkdv_steps = (hopper_dkdv,) if hopper_dkdv else dkdv_launches(gdt, strides, consts, splits)
+            dq_steps = (hopper_dq,) if hopper_dq else dq_launches(gdt, strides, consts, do, o, dlse)
         return dkdv_steps, dq_steps
 
     def dkdv_split():
@@ -125,8 +129,9 @@ def backward_plans(shared: GradShared):
         bn = 64 if chosen is None else chosen[1]
         return dkdv_splits(cdiv(Tk, bn), B * H, HQ // H, multiprocessor_count(), Tq)
 
-    def dkdv_launches(gdt, strides, consts, splits):
-        """flash_bwd_dkdv_kernel's launches (and the split's sum)."""
+    def dkdv_launches(gdt, strides, consts, splits, first=None):
+        """flash_bwd_dkdv_kernel's launches (and the split's sum); ``first``:
+        a gated pair's first launch, if not the Triton kernel's own."""
         dkdv_tiles = functools.partial(kernel_and_grid, ("dkdv", "BN"), DKDV_CONFIGS, Tk, B * H * splits)
         kernel, grid, block, w, s, cap = dkdv_tiles(splits=splits)
         grads_out = tuple(OutputSpec((B, Tk, H, d), gdt) for d in (D, DV))  # dK, dV
@@ -149,7 +154,7 @@ def backward_plans(shared: GradShared):
             maxnreg=cap,
         )
         # A gated pair's first launch takes plain attention's tiles.
-        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv, None, dkdv_tiles(False, splits))
+        dkdv_steps = (dkdv,) if shared.gate is None else shared.gate(dkdv, first, dkdv_tiles(False, splits))
         if splits > 1:
             n_k, n_v = B * Tk * H * D, B * Tk * H * DV
             dkdv_steps += (
@@ -166,8 +171,9 @@ def backward_plans(shared: GradShared):
             )
         return dkdv_steps
 
-    def dq_launches(gdt, strides, consts, do, o, dlse):
-        """flash_bwd_dq_kernel's launches."""
+    def dq_launches(gdt, strides, consts, do, o, dlse, first=None):
+        """flash_bwd_dq_kernel's launches; ``first``: a gated pair's first
+        launch, if not the Triton kernel's own."""
         dq_tiles = functools.partial(kernel_and_grid, ("dq", "BM"), DQ_CONFIGS, Tq, B * HQ)
         kernel, grid, block, w, s, cap = dq_tiles()
         # The dQ kernel reads the output where the others read delta (it
@@ -193,7 +199,7 @@ def backward_plans(shared: GradShared):
             num_stages=s,
             maxnreg=cap,
         )
-        return (dq,) if shared.gate is None else shared.gate(dq, None, dq_tiles(False))
+        return (dq,) if shared.gate is None else shared.gate(dq, first, dq_tiles(False))
 
     @functools.lru_cache(maxsize=8)
     def dbias(do: TensorInfo) -> LaunchPlan | None:

@@ -47,6 +47,7 @@ from core_triton.attention.gluon_parts import (
     batch_rows,
     fence_async_shared,
     fill_slot,
+    gated_block,
     gl,
     gluon,
     key_blocks,
@@ -267,21 +268,10 @@ if AVAILABLE:
         m0 = pid_m * BM
         args = (Q, K, V, scale, Tq, Tk, OUT, LSE, b, pid_bh, m0)
         if GATE == 1:
-            if _gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
+            if gated_block(QRANGE + b * 2 * Tq, m0, Tq, Tk, BM):
                 _forward_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG)
         else:
             _forward_block(args, HQ, H, D, CAUSAL, BM, BN, STAGES, PINGPONG)
-
-    @gluon.jit
-    def _gated_block(RANGE, m0, Tq, Tk, BM: gl.constexpr):
-        """Whether query rows ``m0 .. m0 + BM`` hold a row whose range in
-        ``RANGE [2 Tq]`` is exact and holds every key ``[0, Tk)``
-        (flash_common.gated_rows, kind 1)."""
-        offs = m0 + gl.arange(0, BM, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        valid = offs < Tq
-        lo = gl.load(RANGE + offs, mask=valid, other=-1)
-        hi = gl.load(RANGE + Tq + offs, mask=valid, other=0)
-        return gl.max(((lo == 0) & (hi >= Tk)).to(gl.int32), 0) > 0
 
     @gluon.jit
     def _forward_block(args, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,

@@ -210,7 +210,7 @@ def ws_forward(
     )
 
 
-def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dlse, splits):
+def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, gated, do, o, dlse, splits):
     """``(dkdv, dq)``: the Gluon backward's launches where they apply, each
     a LaunchPlan or None (the plan's Triton kernels then).  Where the Gluon
     forward could run (plain or causal, half precision, head dim 128, row-
@@ -220,7 +220,11 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
     with an ``lse`` cotangent, ``dlse``); dK/dV: ``q, k, v, do, lse,
     delta`` -> ``dk, dv``, with GLUON_BACKWARD "auto" only where the
     Triton kernel would not split its query-head group (``splits``, its
-    plan's: 1 where it does not; see above)."""
+    plan's: 1 where it does not; see above).  ``gated``: the launches are
+    the first of gated pairs (flash.gated_pair; ``plain`` then says the
+    call is plain but for its segment ids), gated by the ranges
+    ``q_key_range`` (dQ) and ``kv_query_range`` (dK/dV), and dK/dV only
+    unsplit (the pair's ranged launch then writes ``dk, dv`` too)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     if (
@@ -234,14 +238,15 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
         or not _gluon_wanted(GLUON_BACKWARD, GLUON_BWD_MIN_LEN, Tq, Tk)
     ):
         return None, None
-    common = dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal)
+    common = dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, GATE=1 if gated else 0)
     dq = None
     if not dlse:
         bm, bn, w, stages, cap = GLUON_DQ_CONFIGS[D]
+        gate = In("q_key_range") if gated else In("q")
         dq = LaunchPlan(
             kernel=flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel,
             grid=(cdiv(Tq, bm), B * HQ),
-            params=(In("q"), In("k"), In("v"), In("o"), In("do"), In("lse"), opts.scale, B, Tq, Tk),
+            params=(In("q"), In("k"), In("v"), In("o"), In("do"), In("lse"), gate, opts.scale, B, Tq, Tk),
             outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
             output_names=("dq", "delta"),
             constexprs=dict(common, BM=bm, BN=bn, STAGES=stages),
@@ -250,12 +255,13 @@ def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, do, o, dls
         )
     bm, bn, w, stages, cap = GLUON_DKDV_CONFIGS[D]
     auto = GLUON_BACKWARD == "auto"
-    if auto and ((opts.causal and min(Tq, Tk) < GLUON_DKDV_CAUSAL_MIN_LEN) or splits > 1):
+    if (auto and opts.causal and min(Tq, Tk) < GLUON_DKDV_CAUSAL_MIN_LEN) or ((auto or gated) and splits > 1):
         return None, dq
+    gate = In("kv_query_range") if gated else In("q")
     dkdv = LaunchPlan(
         kernel=flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel,
         grid=(cdiv(Tk, bn), B * H),
-        params=(In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), opts.scale, B, Tq, Tk),
+        params=(In("q"), In("k"), In("v"), In("do"), In("lse"), In("delta"), gate, opts.scale, B, Tq, Tk),
         outputs=(OutputSpec((B, Tk, H, D), q.dtype), OutputSpec((B, Tk, H, D), q.dtype)),
         output_names=("dk", "dv"),
         constexprs=dict(common, BM=bm, BN=bn, STAGES=stages),

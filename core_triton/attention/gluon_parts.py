@@ -63,6 +63,19 @@ if AVAILABLE:
         )
 
     @gluon.jit
+    def gated_block(RANGE, start, T, T_other, BLOCK: gl.constexpr):
+        """Whether rows ``start .. start + BLOCK`` of a side of length ``T``
+        hold a row whose range in ``RANGE [2 T]`` (segment_ranges' format)
+        is exact and holds the whole other side ``[0, T_other)``
+        (flash_common.gated_rows, kind 1): the blocks a gated pair's first
+        launch runs (flash.gated_pair)."""
+        offs = start + gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [4], [0]))
+        valid = offs < T
+        lo = gl.load(RANGE + offs, mask=valid, other=-1)
+        hi = gl.load(RANGE + T + offs, mask=valid, other=0)
+        return gl.max(((lo == 0) & (hi >= T_other)).to(gl.int32), 0) > 0
+
+    @gluon.jit
     def ring(STAGES: gl.constexpr):
         """``(ready, empty)`` mbarriers of a ring of ``STAGES`` slots: one
         arrival (the producer's expected bytes) makes a slot ready, the two
@@ -88,4 +101,4 @@ if AVAILABLE:
         mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
-    batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = grad_inputs = None
+    batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = grad_inputs = gated_block = None

@@ -662,3 +662,44 @@ def test_gluon_backward_where_it_applies(monkeypatch):
         assert picked(1, 128, 128, 32, 4, 128, causal) == (True, True)  # every length, unsplit
     finally:
         flash.replan()
+
+
+def test_gluon_backward_gated_pairs(monkeypatch):
+    """With segment ids (their ranges given) the Gluon dQ and dK/dV are the
+    first launches of the gated pairs where plain attention would take
+    them (GATE 1, reading ``q_key_range`` and ``kv_query_range``), the
+    ranged Triton kernels the second (GATE 2, writing the same outputs);
+    the Triton pairs where the Triton dK/dV splits its group (even with
+    the switch "on"), with an ``lse`` cotangent (dQ), and below 2048."""
+    try:
+        dq_g, dkdv_g = _on_sm90(monkeypatch)
+
+        def pairs(B, T, HQ, H, options=None, dlse=False):
+            q, kv = _info((B, T, HQ, 128), "bfloat16"), _info((B, T, H, 128), "bfloat16")
+            ids, rng = _info((B, T), "int32"), _info((B, 2 * T), "int32")
+            plans = flash.plans(q, kv, kv, ids, q_key_range=rng, kv_query_range=rng, **(options or {}))[0]
+            dkdv, dq = plans.grads(q, q, dlse)
+            return dkdv, dq
+
+        for options in ({}, {"causal": True}):
+            dkdv, dq = pairs(4, 8192, 16, 16, options)
+            for steps, kernel, gate_range in ((dq, dq_g, "q_key_range"), (dkdv, dkdv_g, "kv_query_range")):
+                first, rest = steps
+                assert first.kernel is kernel and first.constexprs["GATE"] == 1, first
+                assert In(gate_range) in first.params, first.params
+                assert rest.kernel is not kernel and rest.constexprs["GATE"] == 2, rest
+                assert rest.output_names == first.output_names and rest.aliases, rest
+        dkdv, dq = pairs(4, 8192, 16, 16, dlse=True)
+        assert dq[0].kernel is not dq_g and dkdv[0].kernel is dkdv_g
+        dkdv, dq = pairs(1, 4096, 32, 4, {"causal": True})  # the Triton dK/dV splits
+        assert dq[0].kernel is dq_g and dkdv_g not in [p.kernel for p in dkdv]
+        dkdv, dq = pairs(4, 1024, 16, 16)
+        assert dq_g not in [p.kernel for p in dq] and dkdv_g not in [p.kernel for p in dkdv]
+        monkeypatch.setattr(flash_tma_plans, "GLUON_BACKWARD", "on")
+        flash.replan()
+        dkdv, dq = pairs(1, 128, 32, 4, {"causal": True})  # forced on, but the pair's split stays
+        assert dq[0].kernel is dq_g and dkdv_g not in [p.kernel for p in dkdv]
+        dkdv, dq = pairs(1, 128, 4, 4)
+        assert dq[0].kernel is dq_g and dkdv[0].kernel is dkdv_g
+    finally:
+        flash.replan()

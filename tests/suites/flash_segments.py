@@ -25,6 +25,7 @@ from core_triton.common.utils import contiguous_strides
 from tests.reference import assert_close
 from tests.suites.flash_attention import (
     FlashAttentionSuite,
+    gluon_backward_set,
     gluon_forward_runs,
     make_case,
     spy_launches,
@@ -301,6 +302,43 @@ class FlashSegmentsSuite(KernelLevelCases):
             self._check(c, options, dtype="bfloat16")
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and first.constexprs["GATE"] == 1, first
+
+    @pytest.mark.parametrize("dlse", [False, True])
+    @pytest.mark.parametrize(
+        "name",
+        ["one_segment_causal", "batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty", "long"],
+    )
+    def test_segments_gluon_backward(self, name, dlse, monkeypatch):
+        """The Gluon dQ and dK/dV as the first launches of the backward's
+        gated pairs (the plan's pick on sm_90 at head dim 128 from 2048
+        tokens where plain attention takes them; forced on here at every
+        length): their blocks without a row (dQ) or key (dK/dV) that sees
+        the whole other side return at once, the ranged kernels write the
+        rest; with an ``lse`` cotangent the dQ pair is Triton's.  bf16, head
+        dim 128, forward and every gradient against float64; "long": 2200
+        tokens a row, one segment beside three documents, 4 query heads on
+        2, causal."""
+        from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon
+
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        if name == "long":
+            c = make_case(np.random.default_rng(34), B=2, Tq=2200, Tk=2200, HQ=4, H=2)
+            c["q_segment_ids"] = np.stack([sorted_ids([2200]), sorted_ids([700, 900, 600])])
+            options = {"causal": True}
+        else:
+            c, options = case_inputs(name)
+        B, Tq, HQ, _ = c["query"].shape
+        _, Tk, H, _ = c["key"].shape
+        c = {**c, **make_case(np.random.default_rng(33), B=B, Tq=Tq, Tk=Tk, HQ=HQ, H=H, D=128)}
+        with ws_forward_on(self.fw, gluon="on"), gluon_backward_set(self.fw, "on"):
+            seen = spy_launches(self.fw, monkeypatch)
+            self._check(c, options, dtype="bfloat16", dlse=dlse)
+        gates = {p.kernel: p.constexprs.get("GATE") for p in seen}
+        assert gates.get(flash_bwd_dkdv_gluon.flash_bwd_dkdv_gluon_kernel) == 1, gates
+        assert gates.get(flash_bwd_dq_gluon.flash_bwd_dq_gluon_kernel) == (None if dlse else 1), gates
+        assert sorted(gates.values()).count(2) >= 2, gates  # the ranged launches of both pairs
 
     @pytest.mark.parametrize("kernel", ["ws", "gluon"])
     def test_gate_skips_blocks(self, kernel):
