@@ -10,7 +10,8 @@ Each op is a pair of custom ops:
 with fake implementations planned by the same core_triton code (exact
 shapes and dtypes) and ``register_autograd`` joining the two.  Ops without
 a gradient (``decode_attention``, ``gated_delta_rule_step``, which updates
-its state in place) are one custom op each (:func:`forward_only_op`).  To
+its state in place: an :class:`Impl` without a backward) are the first
+custom op alone, returning the outputs only.  To
 ``torch.compile`` (Dynamo, AOTAutograd, Inductor) and ``torch.export`` each
 is one opaque node: no graph break, and the backward is a node too.  Why
 ``custom_op`` rather than ``triton_op``: a call is several launches whose
@@ -72,20 +73,30 @@ class Impl:
     dtypes, no launch.  ``inference(args) -> outputs`` (optional): the
     outputs of an eager call that no gradient follows (grad mode off, or
     no tensor argument requiring grad), which need keep nothing for a
-    backward."""
+    backward.  An op without a gradient has ``backward`` and
+    ``fake_backward`` None (its ``extras`` are then never read)."""
 
     forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor], Any]]
-    backward: Callable[..., tuple[torch.Tensor | None, ...]]
+    backward: Callable[..., tuple[torch.Tensor | None, ...]] | None
     fake_forward: Callable[..., tuple[tuple[torch.Tensor, ...], list[torch.Tensor]]]
-    fake_backward: Callable[..., tuple[torch.Tensor | None, ...]]
+    fake_backward: Callable[..., tuple[torch.Tensor | None, ...]] | None
     inference: Callable[..., tuple[torch.Tensor, ...]] | None = None
+
+    @classmethod
+    def forward_only(cls, run: Callable, fake: Callable) -> Impl:
+        """The Impl of an op without a gradient: ``run(args)`` and
+        ``fake(args)`` return its outputs (a tuple)."""
+        return cls(lambda a: (run(a), [], None), None, lambda a: (fake(a), []), None)
 
 
 class TorchOp:
     """A public op: ``twinkernels::<name>`` and its backward, and the
-    eager road to the same :class:`Impl`."""
+    eager road to the same :class:`Impl`.  ``mutates``: tensor parameters
+    the op writes in place (an op without a gradient only)."""
 
-    def __init__(self, name: str, params: tuple[Param, ...], n_outputs: int, impl: Impl):
+    def __init__(
+        self, name: str, params: tuple[Param, ...], n_outputs: int, impl: Impl, mutates: tuple[str, ...] = ()
+    ):
         self.name = name
         self.params = params
         self.names = tuple(p.name for p in params)
@@ -93,12 +104,19 @@ class TorchOp:
         self.option_index = tuple(i for i, p in enumerate(params) if not p.is_tensor)
         self.n_outputs = n_outputs
         self.impl = impl
-        signature = ", ".join(f"{p.type} {p.name}" for p in params)
-        outs = ", ".join(["Tensor"] * n_outputs)
+        self.differentiable = impl.backward is not None
+        if mutates and self.differentiable:
+            raise ValueError(f"{name}: an op that writes its inputs in place has no gradient")
+        # A written tensor is an alias annotation in the schema: Tensor(a!).
+        marks = {n: f"(a{i}!)" for i, n in enumerate(mutates)}
+        signature = ", ".join(f"{p.type}{marks.get(p.name, '')} {p.name}" for p in params)
+        outs = ", ".join(["Tensor"] * n_outputs + ["Tensor[]"] * self.differentiable)
         self.op = torch.library.custom_op(
-            f"{NAMESPACE}::{name}", mutates_args=(), schema=f"({signature}) -> ({outs}, Tensor[])"
+            f"{NAMESPACE}::{name}", mutates_args=mutates, schema=f"({signature}) -> ({outs})"
         )(self._forward_op)
         self.op.register_fake(self._fake_forward_op)
+        if not self.differentiable:
+            return
         # One optional gradient per tensor argument (a schema's 1-tuple is
         # written without parentheses).
         n_t = len(self.tensor_index)
@@ -116,11 +134,18 @@ class TorchOp:
 
     def _forward_op(self, *args):
         outputs, extras, _ = self.impl.forward(dict(zip(self.names, args, strict=True)))
-        return (*outputs, extras)
+        return self._op_outputs(outputs, extras)
 
     def _fake_forward_op(self, *args):
         outputs, extras = self.impl.fake_forward(dict(zip(self.names, args, strict=True)))
-        return (*outputs, extras)
+        return self._op_outputs(outputs, extras)
+
+    def _op_outputs(self, outputs, extras):
+        """The custom op's return: the outputs, then the extras' list where
+        there is a backward to read it (a schema's 1-tuple is one tensor)."""
+        if self.differentiable:
+            return (*outputs, extras)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _split_backward_args(self, args):
         n = len(self.params)
@@ -173,33 +198,16 @@ class TorchOp:
         tensors = [args[i] for i in self.tensor_index]
         check_tensors({self.names[i]: t for i, t in zip(self.tensor_index, tensors, strict=True)})
         if use_dispatcher(tensors):
-            return tuple(self.op(*args)[: self.n_outputs])
+            outputs = self.op(*args)
+            if not self.differentiable and self.n_outputs == 1:
+                return (outputs,)
+            return tuple(outputs[: self.n_outputs])
+        if not self.differentiable:
+            return tuple(self.impl.forward(dict(zip(self.names, args, strict=True)))[0])
         if self.impl.inference is not None and not _differentiated(tensors):
             return tuple(self.impl.inference(dict(zip(self.names, args, strict=True))))
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
-
-
-def forward_only_op(name: str, run: Callable, fake_output: Callable, mutates_args: tuple[str, ...] = ()):
-    """A public op without a gradient: ``twinkernels::<name>`` on ``run``
-    (type-annotated: ``custom_op`` reads its schema from them), whose fake
-    implementation is an empty tensor of ``fake_output(*args)`` (an
-    OutputSpec, planned on fake tensors).  Returns ``call(*args)``: ``run``
-    itself in eager calls, the custom op under ``torch.compile`` /
-    ``torch.export`` and for meta tensors (:func:`use_dispatcher`)."""
-    op = torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=mutates_args)(run)
-
-    @op.register_fake
-    def _(*args):
-        spec = fake_output(*args)
-        return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=args[0].device)
-
-    def call(*args):
-        if use_dispatcher([a for a in args if isinstance(a, torch.Tensor)]):
-            return op(*args)
-        return run(*args)
-
-    return call
 
 
 def _differentiated(tensors) -> bool:

@@ -14,44 +14,44 @@ from core_triton.attention import decode as core
 from core_triton.attention import flash
 from core_triton.common.launch import run_steps
 from torch_api._launch import info, launch
-from torch_api._library import check_tensors, fake_info, forward_only_op
+from torch_api._library import Impl, Param, TorchOp, fake_info
 
-
-def _plans(info_of, args):
-    """The launch plans of ``args`` (the op's arguments in order)."""
-    query, key_cache, value_cache, kv_lens, block_table, scale, window, cap, sinks = args
-    return core.decode_plans(
-        info_of(query, "query"), info_of(key_cache, "key_cache"), info_of(value_cache, "value_cache"),
-        info_of(kv_lens, "kv_lens"), info_of(block_table, "block_table"), scale,
-        None if window is None else tuple(window), cap, info_of(sinks, "softmax_aux"),
-    )  # fmt: skip
-
-
-def _run(
-    query: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    kv_lens: torch.Tensor,
-    block_table: torch.Tensor | None,
-    softmax_scale: float | None,
-    sliding_window: list[int] | None,
-    logits_soft_cap: float | None,
-    softmax_aux: torch.Tensor | None,
-) -> torch.Tensor:
-    """The launches (eager calls run this directly; it is also the custom
-    op's implementation)."""
-    args = (query, key_cache, value_cache, kv_lens, block_table, softmax_scale, sliding_window,
-            logits_soft_cap, softmax_aux)  # fmt: skip
-    sinks = None if softmax_aux is None else softmax_aux.contiguous()  # read with unit stride
-    inputs = core.step_inputs(query, key_cache, value_cache, kv_lens, block_table, sinks)
-    return run_steps(_plans(info, args), inputs, launch)[0]
-
-
-_op = forward_only_op(
-    "decode_attention",
-    _run,
-    lambda *args: _plans(lambda t, name: fake_info(t), args)[-1].outputs[0],  # the last launch's first output
+PARAMS = (
+    Param("query", "Tensor"),
+    Param("key_cache", "Tensor"),
+    Param("value_cache", "Tensor"),
+    Param("kv_lens", "Tensor"),
+    Param("block_table", "Tensor?"),
+    Param("softmax_scale", "float?"),
+    Param("sliding_window", "int[]?"),
+    Param("logits_soft_cap", "float?"),
+    Param("softmax_aux", "Tensor?"),
 )
+
+
+def _plans(info_of, a):
+    """The launch plans of the op's arguments ``a`` (by name);
+    ``info_of(tensor, name)``."""
+    window = a["sliding_window"]
+    tensors = (info_of(a[n], n) for n in ("query", "key_cache", "value_cache", "kv_lens", "block_table"))
+    window = None if window is None else tuple(window)
+    sinks = info_of(a["softmax_aux"], "softmax_aux")
+    return core.decode_plans(*tensors, a["softmax_scale"], window, a["logits_soft_cap"], sinks)
+
+
+def _run(a):
+    """The launches: the split-KV kernel, then the combine."""
+    cache = (a[n] for n in ("query", "key_cache", "value_cache", "kv_lens", "block_table"))
+    sinks = None if a["softmax_aux"] is None else a["softmax_aux"].contiguous()  # read with unit stride
+    return (run_steps(_plans(info, a), core.step_inputs(*cache, sinks), launch)[0],)
+
+
+def _fake(a):
+    spec = _plans(lambda t, name: fake_info(t), a)[-1].outputs[0]  # the last launch's first output
+    return (torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=a["query"].device),)
+
+
+_OP = TorchOp("decode_attention", PARAMS, 1, Impl.forward_only(_run, _fake))
 
 
 def decode_attention(
@@ -83,18 +83,5 @@ def decode_attention(
 
     Reference: docs/api.md#decode_attention"""
     window = flash.window_pair(sliding_window)
-    args = (
-        query,
-        key_cache,
-        value_cache,
-        kv_lens,
-        block_table,
-        softmax_scale,
-        window,
-        logits_soft_cap,
-        softmax_aux,
-    )
-    named = dict(query=query, key_cache=key_cache, value_cache=value_cache, kv_lens=kv_lens,
-                 block_table=block_table, softmax_aux=softmax_aux)  # fmt: skip
-    check_tensors(named)
-    return _op(*args)
+    args = (query, key_cache, value_cache, kv_lens, block_table, softmax_scale, window, logits_soft_cap)
+    return _OP(*args, softmax_aux)[0]

@@ -9,41 +9,34 @@ import torch
 from core_triton.common.launch import run_named
 from core_triton.delta_rule import step as core
 from torch_api._launch import info, launch
-from torch_api._library import check_tensors, fake_info, forward_only_op
+from torch_api._library import Impl, Param, TorchOp, check_tensors, fake_info
 
-
-def _plans(info_of, query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm):
-    return core.plans(
-        info_of(query, "query"), info_of(key, "key"), info_of(value, "value"), info_of(beta, "beta"),
-        info_of(state, "state"), info_of(g, "g"), info_of(gk, "gk"), softmax_scale, use_qk_l2norm,
-    )  # fmt: skip
-
-
-def _run(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    beta: torch.Tensor,
-    state: torch.Tensor,
-    g: torch.Tensor | None,
-    gk: torch.Tensor | None,
-    softmax_scale: float | None,
-    use_qk_l2norm: bool,
-) -> torch.Tensor:
-    """The launches (eager calls run this directly; it is also the custom
-    op's implementation, which mutates ``state``)."""
-    steps = _plans(info, query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm)
-    arrays = {"query": query, "key": key, "value": value, "beta": beta, "state": state, "g": g, "gk": gk}
-    inputs = {n: t.contiguous() if n != "state" else t for n, t in arrays.items() if t is not None}
-    return run_named(steps, inputs, launch)["o"]
-
-
-_op = forward_only_op(
-    "gated_delta_rule_step",
-    _run,
-    lambda *args: _plans(lambda t, name: fake_info(t), *args)[-1].outputs[0],  # the output's spec
-    mutates_args=("state",),
+_TENSORS = ("query", "key", "value", "beta", "state", "g", "gk")
+PARAMS = (
+    *(Param(n, "Tensor?" if n in ("g", "gk") else "Tensor") for n in _TENSORS),
+    Param("softmax_scale", "float?"),
+    Param("use_qk_l2norm", "bool"),
 )
+
+
+def _plans(info_of, a):
+    """The launch plans of the op's arguments ``a`` (by name);
+    ``info_of(tensor, name)``."""
+    return core.plans(*(info_of(a[n], n) for n in _TENSORS), a["softmax_scale"], a["use_qk_l2norm"])
+
+
+def _run(a):
+    """The launches, which write the new state into ``state``."""
+    inputs = {n: a[n] if n == "state" else a[n].contiguous() for n in _TENSORS if a[n] is not None}
+    return (run_named(_plans(info, a), inputs, launch)["o"],)
+
+
+def _fake(a):
+    spec = _plans(lambda t, name: fake_info(t), a)[-1].outputs[0]  # the output's spec
+    return (torch.empty(spec.shape, dtype=getattr(torch, spec.dtype), device=a["query"].device),)
+
+
+_OP = TorchOp("gated_delta_rule_step", PARAMS, 1, Impl.forward_only(_run, _fake), mutates=("state",))
 
 
 def gated_delta_rule_step(
@@ -70,8 +63,7 @@ def gated_delta_rule_step(
     mode="recurrent")``.
 
     Reference: docs/api.md#gated_delta_rule_step"""
-    named = dict(query=query, key=key, value=value, beta=beta, state=state, g=g, gk=gk)
-    check_tensors(named)
+    check_tensors(dict(query=query, key=key, value=value, beta=beta, state=state, g=g, gk=gk))
     if torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (query, key, value, beta, state, g, gk)
     ):
@@ -79,4 +71,4 @@ def gated_delta_rule_step(
             "gated_delta_rule_step updates state in place and has no gradient: call it under "
             "torch.no_grad() (or use gated_delta_rule to train)"
         )
-    return _op(query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm), state
+    return _OP(query, key, value, beta, state, g, gk, softmax_scale, use_qk_l2norm)[0], state
