@@ -4,8 +4,12 @@ so that every figure in them can be traced to one run: the attention table
 on the H100) and the Hopper flash table (docs/bench-flash-h200-gluon-bwd.json,
 what ``python -m bench flash`` saved on the H200 with the Gluon kernels).
 
+The sentence on segment ids comes from docs/bench-segments-h200-gluon-bwd.json
+(``python -m bench segments`` on the H200).
+
 ``python -m bench.readme_tables`` rewrites the blocks between the README's
-``<!-- speed-table -->`` and ``<!-- flash-table -->`` markers;
+``<!-- speed-table -->``, ``<!-- flash-table -->`` and
+``<!-- segments-claim -->`` markers;
 tests/core/test_readme_tables.py checks that the README holds what this
 writes."""
 
@@ -19,9 +23,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench-attention-h100.json"
 FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-gluon-bwd.json"
+SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-gluon-bwd.json"
 START, END = "<!-- speed-table: written by python -m bench.readme_tables -->", "<!-- /speed-table -->"
 FLASH_START = "<!-- flash-table: written by python -m bench.readme_tables -->"
 FLASH_END = "<!-- /flash-table -->"
+SEGMENTS_START = "<!-- segments-claim: written by python -m bench.readme_tables -->"
+SEGMENTS_END = "<!-- /segments-claim -->"
 COLUMNS = [("twinkernels torch", "ours (torch)"), ("twinkernels jax", "ours (JAX)"),
            ("sdpa cudnn", "SDPA cuDNN"), ("sdpa flash", "SDPA flash (FA2)")]  # fmt: skip
 
@@ -110,10 +117,62 @@ def flash_block(results: pathlib.Path = FLASH_RESULTS) -> str:
     return f"{FLASH_START}\n{text}\n{FLASH_END}"
 
 
+def segments_block(results: pathlib.Path = SEGMENTS_RESULTS) -> str:
+    """The README's sentence on segment ids, from what ``python -m bench
+    segments`` saved: time ratios of segment ids over ``cu_seqlens`` on the
+    same documents, of one segment over plain attention, and of cuDNN with
+    the equivalent dense mask over our segment ids (every case and binding,
+    one call and chained layers)."""
+    data = json.loads(results.read_text())
+    rows = data["rows"]
+
+    def pairs(key, docs_pick):
+        fwd, both = [], []
+        for r in rows:
+            if r["input"] == "segment ids" and key in r and docs_pick(r["docs"]):
+                a, b = (float(x) for x in r[key].split("/"))
+                fwd.append(a)
+                both.append(b)
+        return fwd, both
+
+    def span(values):
+        return f"{min(values):.2f}-{max(values):.2f}x"
+
+    docs_fwd, docs_both = pairs("vs cu_seqlens", lambda n: n > 1)
+    one_fwd, one_both = pairs("vs plain", lambda n: n == 1)
+    key = ("T", "D", "docs", "layers", "binding")
+    ours = {tuple(r[k] for k in key): float(r["fwd+bwd ms"]) for r in rows if r["input"] == "segment ids"}
+    dense = [
+        float(r["fwd+bwd ms"]) / ours[tuple(r[k] for k in key)]
+        for r in rows
+        if r["input"] == "cudnn" and r["docs"] > 1 and tuple(r[k] for k in key) in ours
+    ]
+    lengths = sorted({r["T"] for r in rows})
+    dims = sorted({r["D"] for r in rows})
+    text = (
+        "Segment ids that never decrease (packed documents, padding at one end) take "
+        f"{span(docs_both)} of `cu_seqlens`' time on the same documents forward+backward and "
+        f"{span(docs_fwd)} forward; one segment takes {span(one_both)} of plain attention's time "
+        f"forward+backward and {span(one_fwd)} forward (one {data['meta']['device']}, B1 "
+        f"T{lengths[0] // 1024}k-{lengths[-1] // 1024}k, 32 query heads on 4, head dim "
+        f"{' and '.join(map(str, dims))}, causal, both bindings, one call at a time and "
+        f"{data['meta']['layers']} layers chained; one run of interleaved medians: `docs/{results.name}`), "
+        f"where cuDNN with the equivalent dense mask takes {span(dense)} of our forward+backward time."
+    )
+    return f"{SEGMENTS_START}\n{text}\n{SEGMENTS_END}"
+
+
+BLOCKS = (
+    (START, END, speed_block),
+    (FLASH_START, FLASH_END, flash_block),
+    (SEGMENTS_START, SEGMENTS_END, segments_block),
+)
+
+
 def main(argv):
     readme = ROOT / "README.md"
     text = readme.read_text()
-    for start, end, block in ((START, END, speed_block), (FLASH_START, FLASH_END, flash_block)):
+    for start, end, block in BLOCKS:
         pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
         if not pattern.search(text):
             sys.exit(f"README.md has no block between {start} and {end}")

@@ -15,3 +15,8 @@ def test_readme_speed_block_is_the_generated_one():
 def test_readme_flash_block_is_the_generated_one():
     text = (readme_tables.ROOT / "README.md").read_text()
     assert readme_tables.flash_block() in text, "run python -m bench.readme_tables"
+
+
+def test_readme_segments_claim_is_the_generated_one():
+    text = (readme_tables.ROOT / "README.md").read_text()
+    assert readme_tables.segments_block() in text, "run python -m bench.readme_tables"
