@@ -1,6 +1,8 @@
 """Flash attention's dK/dV for Hopper (sm_90) written in Gluon: the plan's
 pick for plain and causal half-precision attention at head dim 128 on
-sm_90 GPUs (core_triton.attention.flash_tma_plans.gluon_backward).
+sm_90 GPUs (core_triton.attention.flash_tma_plans.gluon_backward), and
+with segment ids the first launch of the dK/dV's gated pair (``GATE``:
+only the key blocks holding a key whose segment holds every query).
 
 The forward's split (flash_fwd_gluon) for the backward's key side, after
 FlashAttention-3's backward: a program owns ``BN`` keys of one (batch, key

@@ -1,7 +1,9 @@
 """Flash attention's dQ (and ``delta``) for Hopper (sm_90) written in
 Gluon: the plan's pick for plain and causal half-precision attention at
 head dim 128 on sm_90 GPUs without an ``lse`` cotangent
-(core_triton.attention.flash_tma_plans.gluon_backward).
+(core_triton.attention.flash_tma_plans.gluon_backward), and with segment
+ids the first launch of the dQ's gated pair (``GATE``: only the query
+blocks holding a row whose segment holds every key).
 
 The forward's split (core_triton.attention.flash_fwd_gluon) for the
 backward's query side: a program owns ``BM`` query rows of one (batch,

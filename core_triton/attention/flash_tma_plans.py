@@ -77,7 +77,9 @@ GLUON_MIN_LEN = 1024
 # flash_bwd_dkdv_kernel's plan would not split a key block's query-head
 # group over several programs (flash_configs.dkdv_splits, few key blocks
 # and heads): at B1 T4k 32:4, 128 programs of 8 query heads each, it took
-# 924 us against the split's 615.
+# 924 us against the split's 615.  With segment ids (or packed rows) they are
+# the first launches of the backward's gated pairs (flash.gated_pair), as
+# the Gluon forward is of the forward's.
 GLUON_BACKWARD = os.environ.get("TWINKERNELS_FLASH_GLUON_BWD", "auto")
 GLUON_DQ_CONFIGS = {128: (128, 128, 4, 2, 168)}
 GLUON_DKDV_CONFIGS = {128: (64, 128, 4, 2, 168)}
