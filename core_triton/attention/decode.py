@@ -78,6 +78,20 @@ def set_config(config: tuple[int, int, int], paged: bool = False, split: bool = 
     decode_plans.cache_clear()
 
 
+# The strides decode_split_kernel hints as multiples of 16 (kernel_helpers.hint16):
+# query, key and value caches, each batch (or page), time (or slot) and head.
+# Bit i of its DIV16 stands for the i-th (stride_bits sets them).
+HINTED = ("qb", "qt", "qh", "kb", "ks", "kh", "vb", "vs", "vh")
+(QB, QT, QH, KB, KS, KH, VB, VS, VH) = (tl.constexpr(1 << i) for i in range(len(HINTED)))
+
+
+def stride_bits(query: TensorInfo, key_cache: TensorInfo, value_cache: TensorInfo) -> int:
+    """decode_split_kernel's ``DIV16``: :data:`HINTED`'s bit of each of
+    those strides that is a multiple of 16."""
+    strides = (*query.strides[:3], *key_cache.strides[:3], *value_cache.strides[:3])
+    return sum(1 << HINTED.index(n) for n, st in zip(HINTED, strides, strict=True) if st % 16 == 0)
+
+
 @jit(sizes=("B", "S_CAP", "PER_SPLIT", "NUM_BLOCKS"))
 def decode_split_kernel(
     Q, K, V, KV_LENS, TABLE, SINK,
@@ -96,19 +110,21 @@ def decode_split_kernel(
     (a single slice per row and head, so there is nothing to combine): ``OUT``
     is the output ``[B, Tq, HQ, Dv]``, with the sinks (``SINK [HQ, NS]``) in
     the normaliser, and the combine launch is saved."""
-    # Bit i of DIV16: the i-th of the q, k, v strides is a multiple of 16.
+    # DIV16 has HINTED's bit of each stride that is a multiple of 16 (the
+    # mask first: the interpreter passes DIV16 as an int, which takes no
+    # constexpr).
     # jax-triton passes ints without Triton's divisibility specialisation;
     # without the hint every cache load splits into scalar loads (measured:
     # the JAX binding ran at a fifth of the PyTorch one's bandwidth).
-    sqb = hint16(sqb, (DIV16 & 1) != 0)
-    sqt = hint16(sqt, (DIV16 & 2) != 0)
-    sqh = hint16(sqh, (DIV16 & 4) != 0)
-    skb = hint16(skb, (DIV16 & 8) != 0)
-    sks = hint16(sks, (DIV16 & 16) != 0)
-    skh = hint16(skh, (DIV16 & 32) != 0)
-    svb = hint16(svb, (DIV16 & 64) != 0)
-    svs = hint16(svs, (DIV16 & 128) != 0)
-    svh = hint16(svh, (DIV16 & 256) != 0)
+    sqb = hint16(sqb, (QB & DIV16) != 0)
+    sqt = hint16(sqt, (QT & DIV16) != 0)
+    sqh = hint16(sqh, (QH & DIV16) != 0)
+    skb = hint16(skb, (KB & DIV16) != 0)
+    sks = hint16(sks, (KS & DIV16) != 0)
+    skh = hint16(skh, (KH & DIV16) != 0)
+    svb = hint16(svb, (VB & DIV16) != 0)
+    svs = hint16(svs, (VS & DIV16) != 0)
+    svh = hint16(svh, (VH & DIV16) != 0)
     # Key heads vary fastest between programs: the programs the GPU runs
     # together read the same cache rows' heads, whole rows of the cache
     # (H * D contiguous elements per token) rather than one head's slice
@@ -385,11 +401,7 @@ def decode_plans(
             HAS_CAP=cap is not None, HAS_WINDOW=window is not None,
             # float32 multiplies exactly (no tf32), as flash attention does.
             DOT_PREC="ieee" if query.dtype == "float32" else "tf32",
-            DIV16=sum(
-                1 << i
-                for i, st in enumerate((*query.strides[:3], *key_cache.strides[:3], *value_cache.strides[:3]))
-                if st % 16 == 0
-            ),
+            DIV16=stride_bits(query, key_cache, value_cache),
             FINAL=final, **sinks,
         ),
         num_warps=warps,
