@@ -39,9 +39,8 @@ import jax_api  # noqa: E402
 import torch_api  # noqa: E402
 from core_triton.attention.naive import attention_ref  # noqa: E402
 from core_triton.cumsum.naive import cumsum_ref, cumsum_vjp_ref  # noqa: E402
-from core_triton.linear_attn.naive import lightning_g_gamma  # noqa: E402
-from tests.reference_delta import delta_rule_ref  # noqa: E402
-from tests.reference_linear import linear_attention_ref  # noqa: E402
+from core_triton.delta_rule.naive import delta_rule_ref  # noqa: E402
+from core_triton.linear_attn.naive import lightning_g_gamma, linear_attention_ref  # noqa: E402
 
 TOLERANCE = 1e-5  # float32
 
@@ -122,7 +121,7 @@ def _cases(device):
     def lin_ref(inputs, d, **kw):
         arrays = {n: _np(t) for n, t in inputs.items() if n != "cu_seqlens"}
         out, final, grads = linear_attention_ref(
-            arrays, cu_seqlens=cu, d_output=_np(d[0]), d_final_state=_np(d[1]), **kw
+            arrays, cu_seqlens=cu, d_output=_np(d[0]), d_final_state=_np(d[1]), autodiff=torch, **kw
         )
         return (out, final), grads
 
@@ -148,7 +147,7 @@ def _cases(device):
 
     def delta_ref(inputs, d):
         arrays = {n: _np(t) for n, t in inputs.items() if n != "cu_seqlens"}
-        out, final, grads = delta_rule_ref(arrays, None, cu, True, (_np(d[0]), _np(d[1])))
+        out, final, grads = delta_rule_ref(arrays, None, cu, True, (_np(d[0]), _np(d[1])), torch)
         return (out, final), grads
 
     local = lambda api, s, cu_seqlens: api.chunk_local_cumsum(s, 16, reverse=True, cu_seqlens=cu_seqlens)  # noqa: E731

@@ -13,7 +13,7 @@
 #   PART=compare   before/after timings against the tree in .before;
 #   PART=trees     one probe (TREES_PROBE=module) on .before and on this tree;
 #   PART=host      bench/probes/host_overhead.py and jaxlib's Triton kernel API;
-#   PART=probe     the large-tile chunk cases launch by launch (tests/launch_probe.py);
+#   PART=probe     the large-tile chunk cases launch by launch (bench/probes/launch_probe.py);
 #   PART=warm      the delta_rule bench's compiles, fla's autotuning included, one
 #                  process a case at once (timings discarded), for the cache save;
 #   PART=paths     the flash forward through each binding's launch path, with
@@ -121,14 +121,14 @@ if [ "$part" = gluon ]; then
 fi
 if [ "$part" = probe ]; then
   # The large-tile chunk cases that never finished on the GPU, launch by
-  # launch (tests/launch_probe.py), each alone under a timeout: the last
+  # launch (bench/probes/launch_probe.py), each alone under a timeout: the last
   # "launch" line without its "done" names the kernel that does not end.
   # PROBE="K CHUNK DTYPE REVERSE;..." picks other cases.
   cases=("128 128 bfloat16 1" "128 256 float32 0" "256 64 float32 1" "256 128 float32 0" "128 256 bfloat16 1" "256 256 float32 0")
   [ -z "${PROBE:-}" ] || IFS=';' read -ra cases <<< "$PROBE"
   for c in "${cases[@]}"; do
     echo "== K CHUNK DTYPE REVERSE = $c"
-    timeout "${PROBE_TIMEOUT:-60}" python3 -m tests.launch_probe $c 2>&1 | tail -n 8
+    timeout "${PROBE_TIMEOUT:-60}" python3 -m bench.probes.launch_probe $c 2>&1 | tail -n 8
     echo "exit ${PIPESTATUS[0]}"
   done 2>&1 | tee "$out/probe.log"
 fi

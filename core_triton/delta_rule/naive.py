@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core_triton.common.naive_vjp import vjp_ref
+
 L2NORM_EPS = 1e-6
 
 
@@ -81,3 +83,26 @@ def gated_delta_rule(
     out = xp.stack([xp.stack([zero if r is None else r for r in row]) for row in rows])
     final = xp.stack(finals) if finals else xp.zeros((0, HV, K, V), dtype=xp.float64)
     return out, final
+
+
+def delta_rule_ref(
+    inputs: dict, softmax_scale=None, cu_seqlens=None, use_qk_l2norm=False, cotangents=None, autodiff=None
+):
+    """``(output, final_state, grads)`` of :func:`gated_delta_rule` in
+    float64 numpy.
+
+    inputs: numpy arrays by argument name (query, key, value, beta and any of
+    g, gk, initial_state).  ``grads`` (by name, every input) are those of
+    ``sum(output * d_output) + sum(final_state * d_final_state)`` for
+    ``cotangents = (d_output, d_final_state)``, computed by ``autodiff``
+    (torch; core_triton.common.naive_vjp), else None."""
+
+    def loop(a, xp):
+        return gated_delta_rule(
+            a["query"], a["key"], a["value"], a["beta"], g=a.get("g"), gk=a.get("gk"),
+            softmax_scale=softmax_scale, initial_state=a.get("initial_state"), cu_seqlens=cu_seqlens,
+            use_qk_l2norm=use_qk_l2norm, xp=xp,
+        )  # fmt: skip
+
+    (out, final), grads = vjp_ref(loop, inputs, cotangents, autodiff)
+    return out, final, grads

@@ -1,12 +1,15 @@
 """Float64 reference for (gated) linear attention, written as the loop over
 time of docs/api.md#recurrent, for the tests and the demo.  No framework:
-the loop runs on numpy arrays, or on float64 torch tensors where the tests
-take its gradients with autograd (tests/reference_linear.py), so that no
+the loop runs on numpy arrays, or on float64 tensors of an autodiff module
+the caller hands in, whose autograd gives its gradients
+(:func:`linear_attention_ref`, core_triton.common.naive_vjp), so that no
 hand-derived backward stands in the reference."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from core_triton.common.naive_vjp import vjp_ref
 
 
 def _sequences(batch, seq_len, cu_seqlens):
@@ -59,3 +62,32 @@ def lightning_g_gamma(num_heads: int, layer_idx: int, num_layers: int) -> np.nda
     """The per-head decay of lightning attention (docs/api.md#lightning_attn), ``[H]`` float64."""
     h = np.arange(num_heads, dtype=np.float64)
     return -(8.0 / num_heads) * (1.0 - layer_idx / num_layers) * h
+
+
+def linear_attention_ref(
+    inputs: dict,
+    softmax_scale=None,
+    reverse=False,
+    cu_seqlens=None,
+    d_output=None,
+    d_final_state=None,
+    autodiff=None,
+):
+    """``(output, final_state, grads)`` of the recurrence of
+    docs/api.md#recurrent in float64 numpy.
+
+    inputs: numpy arrays by argument name (query, key, value and any of g,
+    g_gamma, gk, gv, initial_state).  ``grads`` (by name, every input given)
+    are those of ``sum(output * d_output) + sum(final_state *
+    d_final_state)`` when either cotangent is given, computed by
+    ``autodiff`` (torch), else None."""
+
+    def loop(a, t):
+        return linear_attention_loop(
+            t, a["query"], a["key"], a["value"], a.get("g"), a.get("g_gamma"), a.get("gk"), a.get("gv"),
+            softmax_scale, a.get("initial_state"), reverse, cu_seqlens,
+        )  # fmt: skip
+
+    cotangents = None if d_output is None and d_final_state is None else (d_output, d_final_state)
+    (out, final), grads = vjp_ref(loop, inputs, cotangents, autodiff)
+    return out, final, grads

@@ -1,10 +1,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
+from core_triton.linear_attn.naive import linear_attention_ref
 from tests.frameworks import JaxFramework
 from tests.reference import assert_close
-from tests.reference_linear import linear_attention_ref
 from tests.suites.chunk_linear_attn import (
     CU_SEQLENS,
     SMALL,
@@ -36,7 +37,7 @@ class TestJaxChunkLinearAttn(ChunkLinearAttnSuite):
         # sequence moved, one that starts mid-chunk).
         for values in (CU_SEQLENS, [0, 0, 30, 31, 61]):
             value, grads = jax.value_and_grad(loss)(arrays, FW.array(values, "int32"))
-            o, ht, ref = linear_attention_ref(rounded, None, True, values, cots[0], cots[1])
+            o, ht, ref = linear_attention_ref(rounded, None, True, values, cots[0], cots[1], torch)
             np.testing.assert_allclose(float(value), np.sum(o * cots[0]) + np.sum(ht * cots[1]), rtol=1e-5)
             for n in arrays:
                 scale = np.abs(ref["g"]).sum(axis=(0, 1)) if n == "g_gamma" else None

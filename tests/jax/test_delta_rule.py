@@ -1,10 +1,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
+from core_triton.delta_rule.naive import delta_rule_ref
 from tests.frameworks import JaxFramework
 from tests.reference import assert_close
-from tests.reference_delta import delta_rule_ref
 from tests.suites.delta_rule import (
     CU_SEQLENS,
     DeltaRuleGpuSuite,
@@ -32,7 +33,7 @@ class TestJaxDeltaRule(DeltaRuleSuite):
 
         value, grads = jax.value_and_grad(loss)(arrays, FW.array(CU_SEQLENS, "int32"))
         rounded = {n: FW.numpy(a) for n, a in arrays.items()}
-        o, ht, ref = delta_rule_ref(rounded, None, CU_SEQLENS, False, cots)
+        o, ht, ref = delta_rule_ref(rounded, None, CU_SEQLENS, False, cots, torch)
         np.testing.assert_allclose(float(value), np.sum(o * cots[0]) + np.sum(ht * cots[1]), rtol=1e-5)
         for n in arrays:
             assert_close(FW.numpy(grads[n]), ref[n], "float32", n)

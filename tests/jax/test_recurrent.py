@@ -1,10 +1,11 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
+from core_triton.linear_attn.naive import linear_attention_ref
 from tests.frameworks import JaxFramework
 from tests.reference import assert_close
-from tests.reference_linear import linear_attention_ref
 from tests.suites.recurrent import CU_SEQLENS, RecurrentSuite, make_case
 
 FW = JaxFramework()
@@ -26,7 +27,7 @@ class TestJaxRecurrent(RecurrentSuite):
 
         value, grads = jax.value_and_grad(loss)(arrays, FW.array(CU_SEQLENS, "int32"))
         rounded = {n: FW.numpy(a) for n, a in arrays.items()}
-        o, ht, ref = linear_attention_ref(rounded, None, True, CU_SEQLENS, cots[0], cots[1])
+        o, ht, ref = linear_attention_ref(rounded, None, True, CU_SEQLENS, cots[0], cots[1], torch)
         np.testing.assert_allclose(float(value), np.sum(o * cots[0]) + np.sum(ht * cots[1]), rtol=1e-5)
         for n in arrays:
             assert_close(FW.numpy(grads[n]), ref[n], "float32", n)

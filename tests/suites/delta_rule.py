@@ -3,7 +3,7 @@ subclasses them with its adapter (``fw``).
 
 Every case compares output, final state and every gradient (query, key,
 value, beta, g / gk, initial_state) with the float64 loop of
-core_triton/delta_rule/naive.py (tests/reference_delta.py), on the rounded
+core_triton/delta_rule/naive.py (delta_rule_ref), on the rounded
 inputs, with random cotangents for the output and the final state.  Shapes
 are small under the interpreter but cross what the kernels tile: several
 chunks with a short last one, packed sequences that start mid-chunk with an
@@ -19,9 +19,10 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
+from core_triton.delta_rule.naive import delta_rule_ref
 from tests.reference import assert_close
-from tests.reference_delta import delta_rule_ref
 from tests.suites.kernel_level import KernelLevelCases
 
 # Lengths 40, 0, 1, 59: chunks that start mid-chunk, an empty sequence.
@@ -91,7 +92,7 @@ def check_case(fw, fn, x, cu, cots, *, dtype="float32", scale=None, l2=False, gr
         out, ht = call(**arrays)
     rounded = {n: fw.numpy(a) for n, a in arrays.items()}
     ref_cots = (fw.numpy(do), fw.numpy(dht)) if grads else None
-    ref_out, ref_ht, ref_grads = delta_rule_ref(rounded, scale, cu, l2, ref_cots)
+    ref_out, ref_ht, ref_grads = delta_rule_ref(rounded, scale, cu, l2, ref_cots, torch)
     assert str(out.dtype).split(".")[-1] == dtype
     assert str(ht.dtype).split(".")[-1] == "float32"
     assert_close(fw.numpy(out), ref_out, dtype, "output")

@@ -1,5 +1,5 @@
 """Which launch of a chunk_linear_attn call does not finish on the GPU
-(``python -m tests.launch_probe K CHUNK DTYPE REVERSE``).
+(``python -m bench.probes.launch_probe K CHUNK DTYPE REVERSE``).
 
 The large-tile tests (tests/suites/chunk_linear_attn.py, head dims 128 and
 256, chunks 128 and 256) have never finished on the H100: each ran past
@@ -64,12 +64,12 @@ def main(argv):
     # The float64 reference the test compares against, timed too: on the
     # GPU machine 16 test workers share 16 cores, each with torch's default
     # thread count.
-    from tests.reference_linear import linear_attention_ref
+    from core_triton.linear_attn.naive import linear_attention_ref
 
     named = {"query": q, "key": k, "value": v, "g": g, "g_gamma": gamma, "initial_state": h0}
     arrays = {n: t.detach().double().cpu().numpy() for n, t in named.items()}
     start = time.perf_counter()
-    linear_attention_ref(arrays, None, reverse, None, np.ones(o.shape), np.ones(ht.shape))
+    linear_attention_ref(arrays, None, reverse, None, np.ones(o.shape), np.ones(ht.shape), torch)
     seconds = time.perf_counter() - start
     print(f"float64 reference: {seconds:.1f} s on {torch.get_num_threads()} threads", flush=True)
 
