@@ -87,14 +87,14 @@ if AVAILABLE:
                 i += 1
 
     @gluon.jit
-    def _accumulate(i, b, h, lo, end, r0, q_bufs, do_bufs, ring, k_rows, v_rows, LSE, DELTA, Tq, qk_scale,
+    def _accumulate(b, h, lo, end, r0, q_bufs, do_bufs, ring, k_rows, v_rows, LSE, DELTA, Tq, qk_scale,
                     HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
                     BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One consumer group's dK and dV (unscaled) for its keys ``r0 ..
         r0 + BN / 2`` (``k_rows``, ``v_rows``): the query blocks ``[lo,
         end)`` of every query head of key head ``h``'s group, taken from
-        the ring (``ring``: Q's and dO's ready and empty barriers) from its
-        ``i``-th use on.  Returns ``(dk, dv, i)``, ``i`` past the walk."""
+        the ring (``ring``: Q's and dO's ready and empty barriers).  Returns
+        ``(dk, dv)``."""
         q_ready, q_empty, do_ready, do_empty = ring
         STAGES: gl.constexpr = q_bufs.type.shape[0]
         GROUP: gl.constexpr = HQ // H
@@ -108,7 +108,7 @@ if AVAILABLE:
         st_zero = gl.zeros([ROWS, BM], gl.float32, st_layout)
         dk = gl.zeros([ROWS, D], gl.float32, acc_layout)
         dv = gl.zeros([ROWS, D], gl.float32, acc_layout)
-        i = gl.to_tensor(i)  # a loop-carried count, also where the caller passes a literal
+        i = gl.to_tensor(0)  # the ring's uses so far, carried through both loops
         for g in range(GROUP):
             row = (b * HQ + h * GROUP + g) * Tq
             for jb in range(lo, end):
@@ -140,7 +140,7 @@ if AVAILABLE:
                 mbarrier.arrive(q_empty.index(slot), count=1)
                 mbarrier.arrive(do_empty.index(slot), count=1)
                 i += 1
-        return dk, dv, i
+        return dk, dv
 
     @gluon.jit
     def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
@@ -157,8 +157,8 @@ if AVAILABLE:
         r0 = n0 + HALF * ROWS
         first, end = _walk(Tq, n0, CAUSAL, BM)
         mbarrier.wait(kv_bar, 0)
-        dk, dv, _ = _accumulate(0, b, h, first, end, r0, q_bufs, do_bufs, ring_bars, k_rows, v_rows,
-                                LSE, DELTA, Tq, scale * LOG2E, HQ, H, D, CAUSAL, BM, BN)  # fmt: skip
+        dk, dv = _accumulate(b, h, first, end, r0, q_bufs, do_bufs, ring_bars, k_rows, v_rows, LSE, DELTA, Tq,
+                             scale * LOG2E, HQ, H, D, CAUSAL, BM, BN)  # fmt: skip
 
         # This group's K and V rows are free now (its products are done; the
         # other group reads only its own): dK and dV leave through them, by

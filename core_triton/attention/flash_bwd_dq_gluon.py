@@ -69,14 +69,14 @@ if AVAILABLE:
             fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
     @gluon.jit
-    def _accumulate(r, qd_bar, qd_phase, q_rows, do_rows, k_bufs, v_bufs, ring, OUT, LSE, DELTA, scale, b, hq,
-                    m0, r0, Tq, Tk, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr,
+    def _accumulate(qd_bar, q_rows, do_rows, k_bufs, v_bufs, ring, OUT, LSE, DELTA, scale, b, hq, m0, r0, Tq,
+                    Tk, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr,
                     BN: gl.constexpr):  # fmt: skip
         """One consumer group's rows ``r0 .. r0 + BM / 2`` of the query block
         at ``m0`` (``q_rows``, ``do_rows``, ready once ``qd_bar`` completes
-        phase ``qd_phase``): their delta, stored, then their dQ (unscaled)
-        over the key blocks the block sees, taken from the ring (``ring``:
-        K's and V's ready and empty barriers) from its ``r``-th use on."""
+        its first phase): their delta, stored, then their dQ (unscaled) over
+        the key blocks the block sees, taken from the ring (``ring``: K's and
+        V's ready and empty barriers)."""
         k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         ROWS: gl.constexpr = BM // 2
@@ -93,7 +93,7 @@ if AVAILABLE:
         io_cols = gl.arange(0, D, layout=gl.SliceLayout(0, io_layout))
         at = ((b * Tq + io_rows) * (HQ * D) + hq * D)[:, None] + io_cols[None, :]
         io_valid = (io_rows < Tq)[:, None]
-        mbarrier.wait(qd_bar, qd_phase)
+        mbarrier.wait(qd_bar, 0)
         o = gl.load(OUT + at, mask=io_valid, other=0.0).to(gl.float32)
         do = do_rows.load(io_layout).to(gl.float32)
         delta_io = gl.sum(o * do, 1)
@@ -115,8 +115,8 @@ if AVAILABLE:
         limit = gl.minimum(offs_m + 1, Tk) if CAUSAL else gl.full_like(offs_m, 0) + Tk
         bound = gl.minimum(r0 + 1, Tk) if CAUSAL else Tk
         for j in range(n_blocks):
-            slot = (r + j) % STAGES
-            phase = ((r + j) // STAGES) & 1
+            slot = j % STAGES
+            phase = (j // STAGES) & 1
             mbarrier.wait(k_ready.index(slot), phase)
             mbarrier.wait(v_ready.index(slot), phase)
             if j < mine:
@@ -151,8 +151,8 @@ if AVAILABLE:
         q_rows = q_smem.slice(HALF * ROWS, ROWS)
         do_rows = do_smem.slice(HALF * ROWS, ROWS)
         r0 = m0 + HALF * ROWS
-        dq = _accumulate(0, bars[0], 0, q_rows, do_rows, k_bufs, v_bufs, bars[1:], OUT, LSE, DELTA, scale, b,
-                         hq, m0, r0, Tq, Tk, HQ, D, CAUSAL, BM, BN)  # fmt: skip
+        dq = _accumulate(bars[0], q_rows, do_rows, k_bufs, v_bufs, bars[1:], OUT, LSE, DELTA, scale, b, hq,
+                         m0, r0, Tq, Tk, HQ, D, CAUSAL, BM, BN)  # fmt: skip
 
         # This group's Q rows are free now (its products are done; the other
         # group reads only its own): dQ leaves through them, by a TMA store
