@@ -9,7 +9,7 @@ import torch
 from core_triton.common.launch import run_named
 from core_triton.delta_rule import step as core
 from torch_api._launch import info, launch
-from torch_api._library import Impl, Param, TorchOp, check_tensors, fake_info
+from torch_api._library import Impl, Param, TorchOp, fake_info
 
 _TENSORS = ("query", "key", "value", "beta", "state", "g", "gk")
 PARAMS = (
@@ -63,9 +63,9 @@ def gated_delta_rule_step(
     mode="recurrent")``.
 
     Reference: docs/api.md#gated_delta_rule_step"""
-    check_tensors(dict(query=query, key=key, value=value, beta=beta, state=state, g=g, gk=gk))
+    # A foreign array (no requires_grad) is named by the op's own check.
     if torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (query, key, value, beta, state, g, gk)
+        getattr(t, "requires_grad", False) for t in (query, key, value, beta, state, g, gk)
     ):
         raise ValueError(
             "gated_delta_rule_step updates state in place and has no gradient: call it under "
