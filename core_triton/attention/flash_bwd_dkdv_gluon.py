@@ -49,7 +49,7 @@ from core_triton.attention.gluon_parts import (
     gluon,
     grad_inputs,
     mbarrier,
-    ring,
+    own_rows_and_ring,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
@@ -230,15 +230,8 @@ if AVAILABLE:
         dk_desc = batch_rows(DK, b, Tk, H * D, BN // 2, D, layout)
         dv_desc = batch_rows(DV, b, Tk, H * D, BN // 2, D, layout)
 
-        k_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
-        v_smem = gl.allocate_shared_memory(dtype, [BN, D], layout)
-        q_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
-        do_bufs = gl.allocate_shared_memory(dtype, [STAGES, BM, D], layout)
-        kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(kv_bar, count=1)
-        q_ready, q_empty = ring(STAGES)
-        do_ready, do_empty = ring(STAGES)
-        bars = (kv_bar, q_ready, q_empty, do_ready, do_empty)
+        # K and V of the program's keys; Q and dO blocks through the ring.
+        k_smem, v_smem, q_bufs, do_bufs, bars = own_rows_and_ring(dtype, BN, BM, D, STAGES, layout)
         shared = (
             k_smem,
             v_smem,

@@ -45,7 +45,7 @@ from core_triton.attention.gluon_parts import (
     grad_inputs,
     key_blocks,
     mbarrier,
-    ring,
+    own_rows_and_ring,
     tma,
     warpgroup_mma,
     warpgroup_mma_wait,
@@ -223,15 +223,8 @@ if AVAILABLE:
         # dQ half a query block at a time (each consumer group its own).
         dq_desc = batch_rows(DQ, b, Tq, HQ * D, BM // 2, D, layout)
 
-        q_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
-        do_smem = gl.allocate_shared_memory(dtype, [BM, D], layout)
-        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
-        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
-        qd_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(qd_bar, count=1)
-        k_ready, k_empty = ring(STAGES)
-        v_ready, v_empty = ring(STAGES)
-        bars = (qd_bar, k_ready, k_empty, v_ready, v_empty)
+        # Q and dO of the program's rows; K and V blocks through the ring.
+        q_smem, do_smem, k_bufs, v_bufs, bars = own_rows_and_ring(dtype, BM, BN, D, STAGES, layout)
         shared = (q_smem, do_smem, k_bufs, v_bufs, bars, OUT, LSE, dq_desc, DELTA, scale, b, hq, m0, Tq, Tk)
         gl.warp_specialize(
             [

@@ -89,6 +89,25 @@ if AVAILABLE:
         return ready, empty
 
     @gluon.jit
+    def own_rows_and_ring(dtype: gl.constexpr, OWN: gl.constexpr, OTHER: gl.constexpr, D: gl.constexpr,
+                          STAGES: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+        """A backward program's shared memory (flash_bwd_dq_gluon,
+        flash_bwd_dkdv_gluon): two inputs' ``[OWN, D]`` rows of its own,
+        loaded once under one barrier, and a ring of ``STAGES`` slots of the
+        other side's two inputs, ``[OTHER, D]`` each.  Returns ``(own_a,
+        own_b, bufs_a, bufs_b, bars)``, ``bars = (own_bar, a_ready, a_empty,
+        b_ready, b_empty)``."""
+        own_a = gl.allocate_shared_memory(dtype, [OWN, D], layout)
+        own_b = gl.allocate_shared_memory(dtype, [OWN, D], layout)
+        bufs_a = gl.allocate_shared_memory(dtype, [STAGES, OTHER, D], layout)
+        bufs_b = gl.allocate_shared_memory(dtype, [STAGES, OTHER, D], layout)
+        own_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(own_bar, count=1)
+        a_ready, a_empty = ring(STAGES)
+        b_ready, b_empty = ring(STAGES)
+        return own_a, own_b, bufs_a, bufs_b, (own_bar, a_ready, a_empty, b_ready, b_empty)
+
+    @gluon.jit
     def fill_slot(desc, coords, bufs, ready, empty, i):
         """The producer's load of a ring's ``i``-th use: wait until slot ``i
         % STAGES`` is empty (both consumer groups released its last use),
@@ -102,3 +121,4 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
     batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = grad_inputs = gated_block = None
+    own_rows_and_ring = None
