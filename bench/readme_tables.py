@@ -33,15 +33,21 @@ COLUMNS = [("twinkernels torch", "ours (torch)"), ("twinkernels jax", "ours (JAX
            ("sdpa cudnn", "SDPA cuDNN"), ("sdpa flash", "SDPA flash (FA2)")]  # fmt: skip
 
 
+def _span(values) -> str:
+    """``"lo-hix"``: the range of ``values``."""
+    return f"{min(values):.2f}-{max(values):.2f}x"
+
+
 def _ratio_range(tflops, ours, other, lengths) -> str:
     """``"lo-hix"``: the range of ``ours``' TFLOP/s over ``other``'s across
     the cases (mode, mask) at ``lengths``."""
-    ratios = [
-        float(tflops[(m, c, t, ours)]) / float(v)
-        for (m, c, t, i), v in tflops.items()
-        if i == other and t in lengths
-    ]
-    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+    return _span(
+        [
+            float(tflops[(m, c, t, ours)]) / float(v)
+            for (m, c, t, i), v in tflops.items()
+            if i == other and t in lengths
+        ]
+    )
 
 
 def speed_block(results: pathlib.Path = RESULTS) -> str:
@@ -103,16 +109,13 @@ def flash_block(results: pathlib.Path = FLASH_RESULTS) -> str:
                 cells.append(r["ms"])
         lines.append(f"| {case} | {mode} | " + " | ".join(cells) + " |")
 
-    def span(mode):
-        return f"{min(ratios[mode]):.2f}-{max(ratios[mode]):.2f}x"
-
     text = (
         f"On one {data['meta']['device']} ({data['meta']['dtype']}, ms, in brackets the ratio of speed "
         "to cuDNN in the same framework; one run of `python -m bench flash`: "
         f"`docs/{results.name}`), with the Gluon kernels for Hopper at head dim 128 "
         "(docs/design.md):\n\n" + "\n".join(lines) + "\n\n"
-        f"Across these cases ours runs at {span('fwd')} of cuDNN forward and {span('fwd+bwd')} "
-        "forward+backward (both bindings)."
+        f"Across these cases ours runs at {_span(ratios['fwd'])} of cuDNN forward and "
+        f"{_span(ratios['fwd+bwd'])} forward+backward (both bindings)."
     )
     return f"{FLASH_START}\n{text}\n{FLASH_END}"
 
@@ -135,9 +138,6 @@ def segments_block(results: pathlib.Path = SEGMENTS_RESULTS) -> str:
                 both.append(b)
         return fwd, both
 
-    def span(values):
-        return f"{min(values):.2f}-{max(values):.2f}x"
-
     docs_fwd, docs_both = pairs("vs cu_seqlens", lambda n: n > 1)
     one_fwd, one_both = pairs("vs plain", lambda n: n == 1)
     key = ("T", "D", "docs", "layers", "binding")
@@ -151,13 +151,13 @@ def segments_block(results: pathlib.Path = SEGMENTS_RESULTS) -> str:
     dims = sorted({r["D"] for r in rows})
     text = (
         "Segment ids that never decrease (packed documents, padding at one end) take "
-        f"{span(docs_both)} of `cu_seqlens`' time on the same documents forward+backward and "
-        f"{span(docs_fwd)} forward; one segment takes {span(one_both)} of plain attention's time "
-        f"forward+backward and {span(one_fwd)} forward (one {data['meta']['device']}, B1 "
+        f"{_span(docs_both)} of `cu_seqlens`' time on the same documents forward+backward and "
+        f"{_span(docs_fwd)} forward; one segment takes {_span(one_both)} of plain attention's time "
+        f"forward+backward and {_span(one_fwd)} forward (one {data['meta']['device']}, B1 "
         f"T{lengths[0] // 1024}k-{lengths[-1] // 1024}k, 32 query heads on 4, head dim "
         f"{' and '.join(map(str, dims))}, causal, both bindings, one call at a time and "
         f"{data['meta']['layers']} layers chained; one run of interleaved medians: `docs/{results.name}`), "
-        f"where cuDNN with the equivalent dense mask takes {span(dense)} of our forward+backward time."
+        f"where cuDNN with the equivalent dense mask takes {_span(dense)} of our forward+backward time."
     )
     return f"{SEGMENTS_START}\n{text}\n{SEGMENTS_END}"
 
