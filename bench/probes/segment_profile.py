@@ -1,5 +1,7 @@
 """Kernel times of one-segment attention against plain (torch profiler),
-causal B1 32 on 4 heads bf16: which launch costs what.  Offline probe."""
+causal B1 32 on 4 heads bf16: which launch costs what, forward and
+forward+backward, beside the elapsed time a call (CUDA events, 20 calls
+back to back).  Offline probe."""
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -7,8 +9,22 @@ from torch.profiler import ProfilerActivity, profile
 import torch_api
 
 
+def _elapsed(step, n=20):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / n
+
+
 def main():
-    for T, D in ((4096, 64), (16384, 64), (4096, 128)):
+    import sys
+
+    if sys.argv[1:] == ["docs"]:
+        return docs()
+    for T, D in ((4096, 64), (4096, 128), (16384, 64)):
         g = torch.Generator(device="cuda").manual_seed(0)
         q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
         k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
@@ -16,31 +32,73 @@ def main():
         cu = torch.tensor([0, T], dtype=torch.int32, device="cuda")
         leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
         do = torch.randn_like(q)
-        for name, kw in (
-            ("plain", {}),
-            ("segment ids", {"q_segment_ids": ids}),
-            ("cu_seqlens", {"cu_seqlens": cu}),
-        ):
+        for backward in (False, True):
+            for name, kw in (
+                ("plain", {}),
+                ("segment ids", {"q_segment_ids": ids}),
+                ("cu_seqlens", {"cu_seqlens": cu}),
+            ):
 
-            def step(leaves=leaves, kw=kw, do=do):
-                out = torch_api.flash_attention(*leaves, causal=True, **kw)
-                torch.autograd.grad(out, leaves, do)
+                def step(leaves=leaves, kw=kw, do=do, backward=backward):
+                    if not backward:
+                        with torch.no_grad():
+                            torch_api.flash_attention(*leaves, causal=True, **kw)
+                        return
+                    out = torch_api.flash_attention(*leaves, causal=True, **kw)
+                    torch.autograd.grad(out, leaves, do)
+
+                for _ in range(3):
+                    step()
+                torch.cuda.synchronize()
+                us = min(_elapsed(step) for _ in range(5))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        step()
+                    torch.cuda.synchronize()
+                # The kernels of one call in launch order (the profiler's
+                # averages would merge a gated pair's two launches of one kernel).
+                kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+                per = len(kernels) // 5
+                print(
+                    f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}: {us:.1f}us a call;",
+                    ", ".join(
+                        f"{e.name[:32]} {sum(x.device_time for x in kernels[i::per]) / 5:.1f}us"
+                        for i, e in enumerate(kernels[:per])
+                    ),
+                    flush=True,
+                )
+
+
+def docs():
+    """Forward kernel times of packed documents (``docs``: 4, 64 equal ones)."""
+    for T, D, n in ((4096, 128, 4), (4096, 128, 64), (4096, 64, 64), (16384, 128, 64)):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        ids = (torch.arange(T, device="cuda", dtype=torch.int32) // (T // n))[None]
+        cu = torch.arange(0, T + 1, T // n, dtype=torch.int32, device="cuda")
+        inputs = {"plain": {}, "segment ids": {"q_segment_ids": ids}, "cu_seqlens": {"cu_seqlens": cu}}
+        for name, kw in inputs.items():
+
+            def step(kw=kw, qkv=(q, k, v)):
+                torch_api.flash_attention(*qkv, causal=True, **kw)
 
             for _ in range(3):
                 step()
             torch.cuda.synchronize()
+            us = min(_elapsed(step) for _ in range(5))
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(5):
                     step()
                 torch.cuda.synchronize()
-            rows = [
-                (e.key, e.device_time_total / e.count, e.count)
-                for e in prof.key_averages()
-                if e.device_time_total > 0
-            ]
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            per = len(kernels) // 5
             print(
-                f"T={T} D={D} {name}:",
-                ", ".join(f"{k[:40]} {t:.1f}us x{c // 5}" for k, t, c in sorted(rows, key=lambda r: -r[1])),
+                f"T={T} D={D} docs={n} fwd {name}: {us:.1f}us a call;",
+                ", ".join(
+                    f"{e.name[:32]} {sum(x.device_time for x in kernels[i::per]) / 5:.1f}us"
+                    for i, e in enumerate(kernels[:per])
+                ),
                 flush=True,
             )
 

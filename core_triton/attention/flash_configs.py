@@ -116,10 +116,21 @@ def measured_choice(
         return _measured_64(kind, causal, length_class(max(Tq, Tk)), ranged, splits, capped) if half else None
     if dim_class == 256:
         return MEASURED_256[kind]
+    # The ranged kernel (segment ids, packed input) keeps the short tiles at
+    # every length: its programs cover a segment's keys only, so a block's
+    # fixed cost (about 900 of a short program's 4000 instructions a warp
+    # at 128 rows: ranges, Q, the runs' set-up) weighs more than plain
+    # attention's, and two programs an SM hide it.  H200, bf16, B1 32 query
+    # heads on 4, causal, packed equal documents (``python -m
+    # bench.probes.ranged_fwd``, the launch alone, us): forward 64x64/4w/3s
+    # against 128x64/8w/3s 81 vs 97 (T4k, 64 documents), 150 vs 163 (4k, 4),
+    # 422 vs 449 (16k, 64), 1385 vs 1437 (16k, 4), 698 vs 741 (8k, 2); dQ
+    # 64x32/4w/3s against 128x64/8w/2s 88 vs 111, 169 vs 191, 368 vs 451,
+    # 1596 vs 1704, 822 vs 875.
     if kind == "fwd":  # loops over keys
-        return (128, 64, 8, 3) if Tk >= 2048 else (64, 64, 4, 3)
+        return (128, 64, 8, 3) if Tk >= 2048 and not ranged else (64, 64, 4, 3)
     if kind == "dq":  # loops over keys
-        return (128, 64, 8, 2) if Tk >= 2048 else (64, 32, 4, 3)
+        return (128, 64, 8, 2) if Tk >= 2048 and not ranged else (64, 32, 4, 3)
     # dK/dV loops over queries: 32x64/4w/3s at every length, split or not.
     # Measured alone on the H100 once its masked runs compared one limit a
     # score (flash_bwd's query_limits; ``python -m bench.probes.dkdv_runs``,

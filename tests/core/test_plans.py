@@ -242,6 +242,24 @@ def test_head_dim_128_dkdv_tile(causal, splits, monkeypatch):
     assert (32, 64, 4, 3) in flash_configs.CONFIGS["dkdv"][128]
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_128_ranged_tiles(causal, monkeypatch):
+    """Head dim 128's ranged forward and dQ (segment ids, packed input)
+    keep their short-length tiles at every length, where plain attention's
+    take 128 query rows from 2k keys on; both are candidates the GPU suite
+    checks."""
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    short = {"fwd": (64, 64, 4, 3), "dq": (64, 32, 4, 3)}
+    long = {"fwd": (128, 64, 8, 3), "dq": (128, 64, 8, 2)}
+    for kind, want in short.items():
+        assert want in flash_configs.CONFIGS[kind][128]
+        for length in (1024, 2048, 4096, 16384):
+            got = flash_configs.measured_choice(kind, 128, causal, length, length, True)
+            assert got == want, (kind, length)
+            plain = flash_configs.measured_choice(kind, 128, causal, length, length, False)
+            assert plain == (long[kind] if length >= 2048 else want), (kind, length)
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypatch):
     """With segment ids, each main launch is a gated pair (flash.gated_pair):

@@ -1,0 +1,131 @@
+"""The ranged forward (segment ids, packed input: ``HAS_RANGE``) on packed
+documents: kernel time under the torch profiler for each candidate tile
+of the ranged launch, beside plain attention, to tell a per-program cost
+from a per-tile one (B1, 32 query heads on 4, causal, bf16).
+
+    python -m bench.probes.ranged_fwd            # the tile sweep
+    python -m bench.probes.ranged_fwd bwd        # the same for the backward kernels
+    ncu --profile-from-start off ... python -m bench.probes.ranged_fwd ncu [T D docs]
+
+Offline probe."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import torch_api
+from core_triton.attention import flash as core
+
+CANDIDATES = {
+    128: [None, (64, 64, 4, 3), (64, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 3), (128, 32, 8, 3)],
+    64: [None, (128, 64, 4, 3), (64, 64, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3, 128), (64, 32, 4, 3)],
+}
+
+
+def _inputs(T, D, docs):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    ids = (torch.arange(T, device="cuda", dtype=torch.int32) // (T // docs))[None]
+    return q, k, v, ids
+
+
+def _force(pick, which="fwd"):
+    """Plan the ranged ``which`` kernel ("fwd", "dq", "dkdv") on ``pick``
+    (None: the plan's own)."""
+    measured = core.measured_choice
+
+    def choice(kind, dim_class, causal, Tq, Tk, ranged=False, *rest):
+        if kind == which and ranged and pick is not None:
+            return pick
+        return measured(kind, dim_class, causal, Tq, Tk, ranged, *rest)
+
+    core.measured_choice = choice
+    core.replan()
+    return measured
+
+
+def _kernel_us(step):
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    per = len(kernels) // 10
+    return [
+        (e.name[:24], round(sum(x.device_time for x in kernels[i::per]) / 10, 1))
+        for i, e in enumerate(kernels[:per])
+    ]
+
+
+SHAPES = ((4096, 128, 64), (4096, 128, 4), (16384, 128, 64), (16384, 128, 4), (8192, 128, 2), (4096, 64, 64))
+BACKWARD = {
+    "dq": [None, (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3), (128, 32, 4, 3)],
+    "dkdv": [None, (32, 64, 4, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 8, 2)],
+}
+
+
+def sweep_backward():
+    """Forward+backward kernel times, each ranged backward kernel on each
+    candidate (head dim 128)."""
+    for T, D, docs in SHAPES:
+        if D != 128:
+            continue
+        q, k, v, ids = _inputs(T, D, docs)
+        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        do = torch.randn_like(q)
+
+        def step(leaves=leaves, ids=ids, do=do):
+            out = torch_api.flash_attention(*leaves, ids, causal=True)
+            torch.autograd.grad(out, leaves, do)
+
+        for which, picks in BACKWARD.items():
+            for pick in picks:
+                measured = _force(pick, which)
+                try:
+                    print(f"T={T} D={D} docs={docs} {which} {pick or 'plan'}: {_kernel_us(step)}", flush=True)
+                finally:
+                    core.measured_choice = measured
+                    core.replan()
+
+
+def sweep():
+    for T, D, docs in SHAPES:
+        q, k, v, ids = _inputs(T, D, docs)
+        plain = _kernel_us(functools.partial(torch_api.flash_attention, q, k, v, causal=True))
+        print(f"T={T} D={D} docs={docs} plain: {plain}", flush=True)
+        for pick in CANDIDATES[D]:
+            measured = _force(pick)
+            try:
+                took = _kernel_us(functools.partial(torch_api.flash_attention, q, k, v, ids, causal=True))
+                print(f"T={T} D={D} docs={docs} ranged {pick or 'plan'}: {took}", flush=True)
+            finally:
+                core.measured_choice = measured
+                core.replan()
+
+
+def ncu(T=4096, D=128, docs=64):
+    q, k, v, ids = _inputs(T, D, docs)
+    for _ in range(2):
+        torch_api.flash_attention(q, k, v, ids, causal=True)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    torch_api.flash_attention(q, k, v, ids, causal=True)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["ncu"]:
+        ncu(*(int(a) for a in sys.argv[2:5]))
+    elif sys.argv[1:2] == ["bwd"]:
+        sweep_backward()
+    else:
+        sweep()
