@@ -36,10 +36,14 @@ def main():
             for name, kw in (
                 ("plain", {}),
                 ("segment ids", {"q_segment_ids": ids}),
+                ("segment ids, new each call", {"q_segment_ids": None}),
                 ("cu_seqlens", {"cu_seqlens": cu}),
             ):
 
-                def step(leaves=leaves, kw=kw, do=do, backward=backward):
+                def step(leaves=leaves, kw=kw, do=do, backward=backward, ids=ids):
+                    if "q_segment_ids" in kw and kw["q_segment_ids"] is None:
+                        # A new tensor: its ranges are made again (a model's next step).
+                        kw = {"q_segment_ids": ids.clone()}
                     if not backward:
                         with torch.no_grad():
                             torch_api.flash_attention(*leaves, causal=True, **kw)
