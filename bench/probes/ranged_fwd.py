@@ -5,6 +5,8 @@ from a per-tile one (B1, 32 query heads on 4, causal, bf16).
 
     python -m bench.probes.ranged_fwd            # the tile sweep
     python -m bench.probes.ranged_fwd bwd        # the same for the backward kernels
+    python -m bench.probes.ranged_fwd plan       # the plan's tiles only, unsorted ids too
+    python -m bench.probes.ranged_fwd edge       # the backward's edge-run stages
     ncu --profile-from-start off ... python -m bench.probes.ranged_fwd ncu [T D docs]
 
 Offline probe."""
@@ -27,10 +29,14 @@ CANDIDATES = {
 
 
 def _inputs(T, D, docs):
+    """``docs`` equal documents; negative: ``-docs`` runs of two ids in turn
+    (unsorted ids: every tile of a range masked)."""
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
-    ids = (torch.arange(T, device="cuda", dtype=torch.int32) // (T // docs))[None]
+    ids = (torch.arange(T, device="cuda", dtype=torch.int32) // (T // abs(docs)))[None]
+    if docs < 0:
+        ids = ids % 2
     return q, k, v, ids
 
 
@@ -96,6 +102,38 @@ def sweep_backward():
                     core.replan()
 
 
+def edge():
+    """Forward+backward kernel times with the ranged backward kernels'
+    masked runs at the launch's stages, 1 and 2 (flash_configs.EDGE_STAGES),
+    at the plan's tiles, packed documents and unsorted ids."""
+    from core_triton.attention import flash_configs
+
+    before = dict(flash_configs.EDGE_STAGES)
+    shapes = ((4096, 128, 64), (4096, 128, 4), (16384, 128, 64), (8192, 128, 2), (8192, 128, -4))
+    shapes += ((4096, 64, 64), (4096, 64, 4), (8192, 64, -4))
+    for T, D, docs in shapes:
+        q, k, v, ids = _inputs(T, D, docs)
+        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+        do = torch.randn_like(q)
+
+        def step(leaves=leaves, ids=ids, do=do):
+            out = torch_api.flash_attention(*leaves, ids, causal=True)
+            torch.autograd.grad(out, leaves, do)
+
+        for stages in (0, 1, 2):
+            flash_configs.EDGE_STAGES.clear()
+            flash_configs.EDGE_STAGES.update(before)
+            # Every backward tile the plan may take at these shapes.
+            for kind, tiles in (("dq", (64, 32, 4, 3)), ("dq", (64, 64, 4, 3)), ("dkdv", (32, 64, 4, 3))):
+                for dim in (64, 128):
+                    flash_configs.EDGE_STAGES[(kind, dim, tiles)] = stages
+            core.replan()
+            print(f"T={T} D={D} docs={docs} backward edge stages {stages}: {_kernel_us(step)}", flush=True)
+    flash_configs.EDGE_STAGES.clear()
+    flash_configs.EDGE_STAGES.update(before)
+    core.replan()
+
+
 def sweep():
     for T, D, docs in SHAPES:
         q, k, v, ids = _inputs(T, D, docs)
@@ -127,5 +165,12 @@ if __name__ == "__main__":
         ncu(*(int(a) for a in sys.argv[2:5]))
     elif sys.argv[1:2] == ["bwd"]:
         sweep_backward()
+    elif sys.argv[1:2] == ["edge"]:
+        edge()
+    elif sys.argv[1:2] == ["plan"]:
+        # The plan's own launches only, at every shape (and unsorted ids).
+        CANDIDATES = {64: [None], 128: [None]}
+        SHAPES += ((8192, 128, -4), (4096, 64, 4), (8192, 64, -4))
+        sweep()
     else:
         sweep()

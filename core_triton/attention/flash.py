@@ -56,6 +56,7 @@ from core_triton.attention.flash_configs import (
     FLOAT32_256,
     FWD_CONFIGS,
     KERNELS,
+    edge_stages,
     length_class,
     measured_choice,
     program_grid,
@@ -206,6 +207,8 @@ def gated_pair(
             plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages, plan.maxnreg
         )  # fmt: skip
         flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
+        if "EDGE_STAGES" in plan.constexprs:  # the Triton kernels: as plain attention's
+            flags["EDGE_STAGES"] = 0
         whole = dataclasses.replace(
             plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **consts, **flags},
             num_warps=w, num_stages=s, maxnreg=cap,
@@ -342,11 +345,12 @@ def attention_plans(
         if chosen is None:
             grid = lambda meta: program_grid(cdiv(rows, meta[kind[1]]), programs, order)  # noqa: E731
             kernel = tuned_kernel(kind[0], dim_class, length_class(max(Tq, Tk)))
-            return kernel, grid, {"ORDER": order}, None, None, None
+            return kernel, grid, {"ORDER": order, "EDGE_STAGES": 0}, None, None, None
         bm, bn, w, s, cap = unpack(chosen)
         block = {"BM": bm, "BN": bn}
         grid = program_grid(cdiv(rows, block[kind[1]]), programs, order)
-        return KERNELS[kind[0]], grid, {**block, "ORDER": order}, w, s, cap
+        edge = edge_stages(kind[0], dim_class, ranged, (bm, bn, w, s))
+        return KERNELS[kind[0]], grid, {**block, "ORDER": order, "EDGE_STAGES": edge}, w, s, cap
 
     index_inputs = (
         In("qoff"),

@@ -74,7 +74,9 @@ from core_triton.common.runtime import jit
 
 
 @triton.jit
-def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+def _dkdv_blocks(
+    state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr, EDGE_STAGES
+):
     """Query blocks ``lo, lo + BM, ... < hi`` of the piece of queries ``[..,
     end)`` whose offset is ``qoff``, ``run = (lo, hi, end, qoff)``, against
     this program's keys, added to ``state = (dk [BN, BD], dv [BN, BDV])``
@@ -122,7 +124,11 @@ def _dkdv_blocks(state, kblock, kr, run, ptrs, strides, scaling, window, SIZES, 
     k_ids = (kpos, kseg, kvalid)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
-    for start in range(lo, hi, BM):
+    # A ranged kernel's masked runs (a segment's edge tiles) are one or two
+    # tiles: a shorter pipeline there (EDGE_STAGES; 0: the launch's own)
+    # saves its set-up and registers.
+    STAGES: tl.constexpr = EDGE_STAGES if MASK and FEATURES[9] and EDGE_STAGES > 0 else None
+    for start in tl.range(lo, hi, BM, num_stages=STAGES):
         offs_m = start + tl.arange(0, BM)
         qvalid = offs_m < end
         qpos, qseg = block_ids(QPOS_b, QSEG_b, offs_m, qvalid, qoff, POS_MODE, HAS_SEG)
@@ -259,6 +265,7 @@ def flash_bwd_dkdv_kernel(
     ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    EDGE_STAGES: tl.constexpr,
 ):
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
@@ -373,7 +380,7 @@ def flash_bwd_dkdv_kernel(
             for part in tl.static_range(3 if POS_MODE == 0 else 1):
                 dk, dv = _dkdv_blocks(
                     (dk, dv), kblock, kr, (t[part], t[part + 1], end, qoff), qptrs, strides, scaling, window,
-                    SIZES, FEATURES, part != 1,
+                    SIZES, FEATURES, part != 1, EDGE_STAGES,
                 )  # fmt: skip
 
     dk = dk * scale
@@ -431,7 +438,9 @@ def _split_sum(PART, OUT, offs, n, splits):
 
 
 @triton.jit
-def _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+def _dq_blocks(
+    dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr, EDGE_STAGES
+):
     """Key blocks of ``run`` against this program's queries, added to ``dq
     [BM, BD]`` (float32), which it returns.  ``qblock = (q [BM, BD], do [BM,
     BDV], lse2, delta, qpos, qseg, qvalid, offs_m)`` (vectors [BM]; ``lse2``
@@ -462,7 +471,11 @@ def _dq_blocks(dq, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATU
     q_ids = (qpos, qseg, qvalid)
     offs_d = tl.arange(0, BD)
     offs_dv = tl.arange(0, BDV)
-    for start in range(lo, hi, BN):
+    # A ranged kernel's masked runs (a segment's edge tiles) are one or two
+    # tiles: a shorter pipeline there (EDGE_STAGES; 0: the launch's own)
+    # saves its set-up and registers.
+    STAGES: tl.constexpr = EDGE_STAGES if MASK and FEATURES[9] and EDGE_STAGES > 0 else None
+    for start in tl.range(lo, hi, BN, num_stages=STAGES):
         offs_n = start + tl.arange(0, BN)
         kvalid = offs_n < end
         kpos, kseg = block_ids(KPOS_b, KSEG_b, offs_n, kvalid, koff, POS_MODE, HAS_SEG)
@@ -587,6 +600,7 @@ def flash_bwd_dq_kernel(
     ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    EDGE_STAGES: tl.constexpr,
 ):
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
@@ -705,7 +719,7 @@ def flash_bwd_dq_kernel(
         for part in tl.static_range(3 if POS_MODE == 0 else 1):
             dq = _dq_blocks(
                 dq, qblock, qr, (t[part], t[part + 1], end, koff), ptrs, strides, scaling, window, SIZES,
-                FEATURES, part != 1,
+                FEATURES, part != 1, EDGE_STAGES,
             )  # fmt: skip
 
     dq = dq * scale

@@ -141,6 +141,39 @@ def measured_choice(
     return (32, 64, 4, 3)
 
 
+# (kind, dim class, tiles) -> stages of edge_stages' rule; probes may add
+# or change entries (then flash.replan()).
+EDGE_STAGES = {
+    ("fwd", 128, (64, 64, 4, 3)): 2,
+    ("dq", 64, (64, 64, 4, 3)): 2,
+    ("dkdv", 64, (32, 64, 4, 3)): 2,
+}
+
+
+def edge_stages(kind: str, dim_class: int, ranged: bool, tiles: tuple) -> int:
+    """The stages of the ranged ``kind`` kernel's masked runs (its
+    ``EDGE_STAGES``; 0: the launch's own) for its ``tiles = (BM, BN,
+    num_warps, num_stages)``.  Those runs are a segment's edge tiles, one or
+    two a block, whose pipeline set-up (and registers: 255 and 32 bytes of
+    spills at head dim 128, none with 2 stages; sm_90, offline) weighs more
+    than its overlap.  H200, bf16, B1 32 query heads on 4, causal, the
+    launch alone (``python -m bench.probes.ranged_fwd plan``, us), head dim
+    128 at 64x64/4w/3s, 3 stages against 2: packed equal documents T4k 64
+    docs 81 vs 65, 4 docs 150 vs 138, 16k 64 docs 407-433 vs 297, 16k 4 docs
+    1496 vs 1289, 8k 2 docs 718 vs 668; unsorted ids (every tile masked) 8k
+    1737-1757 vs 1671.  One stage lost there (1980); head dim 64 (128x64/4w/3s)
+    lost with either (40.4 vs 41.5 and 45.8 at 4k 64 docs; unsorted 8k 982
+    vs 1037 and 1367).  The backward (``bench.probes.ranged_fwd edge``, the
+    launch's stages / 1 / 2): head dim 64's dQ at 64x64/4w/3s 62.3 / 51.8 /
+    55.9 (4k, 64 docs), 109.4 / 96.6 / 100.5 (4k, 4 docs), unsorted 8k
+    1338 / 1600 / 1294; its dK/dV at 32x64/4w/3s 65.6 / 50.7 / 54.9 and
+    185.1 / 147.5 / 152.3 (unsorted ids ran other tiles): 2 stages, which
+    lost nowhere, where 1 lost 20% on unsorted ids.  Head dim 128's dQ and
+    dK/dV moved by 2-5% either way (2 stages: dQ unsorted 1759 -> 1874),
+    so they keep their own."""
+    return EDGE_STAGES.get((kind, dim_class, tuple(tiles)), 0) if ranged else 0
+
+
 # Head dims up to 64 in bf16/fp16: the PyTorch autotuner's own timings on
 # the H100 (every candidate of DKDV/FWD/DQ_CONFIGS[64], one sweep per
 # autotuning key; B1 32 query heads on 4 at T 2k, 4k, 16k causal, T4k full,

@@ -43,7 +43,9 @@ from core_triton.common.runtime import jit
 
 
 @triton.jit
-def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr):
+def _fwd_blocks(
+    state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, FEATURES, MASK: tl.constexpr, EDGE_STAGES
+):
     """Key blocks ``lo, lo + BN, ... < hi`` of the piece of keys ``[.., end)``
     whose offset is ``koff``, ``run = (lo, hi, end, koff)``, folded into the
     online-softmax ``state = (acc [BM, BDV], m_i [BM], l_i [BM])``; returns
@@ -58,7 +60,8 @@ def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, F
     HAS_SEG, POS_MODE, ROW64, DOT_PREC,
     HAS_RANGE)``.  ``MASK``: apply the
     position/edge mask; ``TEST``: skip a block when its position or segment
-    ranges exclude every pair."""
+    ranges exclude every pair.  ``EDGE_STAGES``: the pipeline's stages in
+    the ranged kernel's masked runs (0: the launch's own)."""
     # Constexprs are named one by one, with the annotation: ``a, b = T``
     # or ``a = T[i]`` would make run-time values of them.
     D: tl.constexpr = SIZES[0]
@@ -84,7 +87,10 @@ def _fwd_blocks(state, qblock, qr, run, ptrs, strides, scaling, window, SIZES, F
     stride_kt, stride_kd, stride_vt, stride_vd, stride_bm, stride_bn = strides
     scale, qk_scale, cap = scaling
     q_ids = (qpos, qseg, qvalid)
-    for start in range(lo, hi, BN):
+    # A ranged kernel's masked runs (a segment's edge tiles) are one or two
+    # tiles: a shorter pipeline there saves its set-up and registers.
+    STAGES: tl.constexpr = EDGE_STAGES if MASK and FEATURES[9] and EDGE_STAGES > 0 else None
+    for start in tl.range(lo, hi, BN, num_stages=STAGES):
         offs_n = start + tl.arange(0, BN)
         kvalid = offs_n < end
         kpos, kseg = block_ids(KPOS_b, KSEG_b, offs_n, kvalid, koff, POS_MODE, HAS_SEG)
@@ -216,12 +222,15 @@ def flash_fwd_kernel(
     ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
+    EDGE_STAGES: tl.constexpr,
 ):
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
     # (flash_common.gated_rows) and writes OUT/LSE in full for the others.
     # OUT_IN/LSE_IN: the same buffers as OUT/LSE, passed so that the second
     # launch can alias them; never read.
+    # EDGE_STAGES: the pipeline's stages in the ranged kernel's masked runs
+    # (_fwd_blocks; 0: the launch's num_stages; flash_configs.edge_stages).
     # DIV16: which strides are multiples of 16 (flash_common.HINTED).  The
     # batch and head strides too: without them a JAX launch cannot prove a
     # tile's base 16-byte aligned, and every K/V load in the loop splits into
@@ -309,6 +318,7 @@ def flash_fwd_kernel(
                 SIZES,
                 FEATURES,
                 part != 1,
+                EDGE_STAGES,
             )
 
     if HAS_SINK:

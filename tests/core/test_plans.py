@@ -261,6 +261,41 @@ def test_head_dim_128_ranged_tiles(causal, monkeypatch):
 
 
 @pytest.mark.parametrize("D", [64, 128])
+def test_ranged_forward_edge_stages(D, monkeypatch):
+    """The ranged kernels' masked runs pipeline over 2 stages where
+    flash_configs.edge_stages measured it (head dim 128's forward, head dim
+    64's dQ and dK/dV at the tiles a B1 T4k call takes), over the launch's
+    own elsewhere (0); a gated pair's first launch keeps plain attention's
+    0, so it is plain attention's kernel."""
+    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+    try:
+        q, kv = _info((1, 4096, 8, D), "bfloat16"), _info((1, 4096, 2, D), "bfloat16")
+        ids = _info((1, 4096), "int32")
+        plain, _ = flash.plans(q, kv, kv, causal=True)
+        by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
+        whole, rest = by_ids.forward
+        assert plain.forward[0].constexprs["EDGE_STAGES"] == whole.constexprs["EDGE_STAGES"] == 0
+        want = 2 if D == 128 else 0
+        assert rest.constexprs["EDGE_STAGES"] == want and rest.constexprs["HAS_RANGE"]
+        tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
+        assert flash_configs.edge_stages("fwd", flash_configs.dim_class(D), True, tiles) == want
+        assert flash_configs.edge_stages("fwd", 128, False, (64, 64, 4, 3)) == 0
+        # The backward's ranged launches: head dim 64's dQ and dK/dV take 2.
+        dkdv, dq = by_ids.grads(q, q)
+        for kind, steps in (("dkdv", dkdv), ("dq", dq)):
+            rest = next(st for st in steps if st.constexprs.get("GATE") == 2)
+            tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
+            got = rest.constexprs["EDGE_STAGES"]
+            assert got == flash_configs.EDGE_STAGES.get((kind, flash_configs.dim_class(D), tiles), 0), kind
+            assert got == (2 if D == 64 else 0), (kind, tiles)
+    finally:
+        flash.attention_plans.cache_clear()
+
+
+@pytest.mark.parametrize("D", [64, 128])
 def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypatch):
     """With segment ids, each main launch is a gated pair (flash.gated_pair):
     first plain attention's own launch (same kernel, tiles and constexprs
