@@ -17,9 +17,9 @@ import functools
 import sys
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import torch_api
+from bench.probes.segment_profile import kernel_times
 from core_triton.attention import flash as core
 
 CANDIDATES = {
@@ -40,6 +40,18 @@ def _inputs(T, D, docs):
     return q, k, v, ids
 
 
+def _fwd_bwd(q, k, v, ids):
+    """A forward+backward call of ``flash_attention`` with ids ``ids``."""
+    leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
+    do = torch.randn_like(q)
+
+    def step():
+        out = torch_api.flash_attention(*leaves, ids, causal=True)
+        torch.autograd.grad(out, leaves, do)
+
+    return step
+
+
 def _force(pick, which="fwd"):
     """Plan the ranged ``which`` kernel ("fwd", "dq", "dkdv") on ``pick``
     (None: the plan's own)."""
@@ -55,22 +67,6 @@ def _force(pick, which="fwd"):
     return measured
 
 
-def _kernel_us(step):
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(10):
-            step()
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    per = len(kernels) // 10
-    return [
-        (e.name[:24], round(sum(x.device_time for x in kernels[i::per]) / 10, 1))
-        for i, e in enumerate(kernels[:per])
-    ]
-
-
 SHAPES = ((4096, 128, 64), (4096, 128, 4), (16384, 128, 64), (16384, 128, 4), (8192, 128, 2), (4096, 64, 64))
 BACKWARD = {
     "dq": [None, (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 3), (128, 32, 4, 3)],
@@ -84,19 +80,13 @@ def sweep_backward():
     for T, D, docs in SHAPES:
         if D != 128:
             continue
-        q, k, v, ids = _inputs(T, D, docs)
-        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
-        do = torch.randn_like(q)
-
-        def step(leaves=leaves, ids=ids, do=do):
-            out = torch_api.flash_attention(*leaves, ids, causal=True)
-            torch.autograd.grad(out, leaves, do)
-
+        step = _fwd_bwd(*_inputs(T, D, docs))
         for which, picks in BACKWARD.items():
             for pick in picks:
                 measured = _force(pick, which)
                 try:
-                    print(f"T={T} D={D} docs={docs} {which} {pick or 'plan'}: {_kernel_us(step)}", flush=True)
+                    took = kernel_times(step)
+                    print(f"T={T} D={D} docs={docs} {which} {pick or 'plan'}: {took}", flush=True)
                 finally:
                     core.measured_choice = measured
                     core.replan()
@@ -112,14 +102,7 @@ def edge():
     shapes = ((4096, 128, 64), (4096, 128, 4), (16384, 128, 64), (8192, 128, 2), (8192, 128, -4))
     shapes += ((4096, 64, 64), (4096, 64, 4), (8192, 64, -4))
     for T, D, docs in shapes:
-        q, k, v, ids = _inputs(T, D, docs)
-        leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
-        do = torch.randn_like(q)
-
-        def step(leaves=leaves, ids=ids, do=do):
-            out = torch_api.flash_attention(*leaves, ids, causal=True)
-            torch.autograd.grad(out, leaves, do)
-
+        step = _fwd_bwd(*_inputs(T, D, docs))
         for stages in (0, 1, 2):
             flash_configs.EDGE_STAGES.clear()
             flash_configs.EDGE_STAGES.update(before)
@@ -128,7 +111,7 @@ def edge():
                 for dim in (64, 128):
                     flash_configs.EDGE_STAGES[(kind, dim, tiles)] = stages
             core.replan()
-            print(f"T={T} D={D} docs={docs} backward edge stages {stages}: {_kernel_us(step)}", flush=True)
+            print(f"T={T} D={D} docs={docs} backward edge stages {stages}: {kernel_times(step)}", flush=True)
     flash_configs.EDGE_STAGES.clear()
     flash_configs.EDGE_STAGES.update(before)
     core.replan()
@@ -137,12 +120,12 @@ def edge():
 def sweep():
     for T, D, docs in SHAPES:
         q, k, v, ids = _inputs(T, D, docs)
-        plain = _kernel_us(functools.partial(torch_api.flash_attention, q, k, v, causal=True))
+        plain = kernel_times(functools.partial(torch_api.flash_attention, q, k, v, causal=True))
         print(f"T={T} D={D} docs={docs} plain: {plain}", flush=True)
         for pick in CANDIDATES[D]:
             measured = _force(pick)
             try:
-                took = _kernel_us(functools.partial(torch_api.flash_attention, q, k, v, ids, causal=True))
+                took = kernel_times(functools.partial(torch_api.flash_attention, q, k, v, ids, causal=True))
                 print(f"T={T} D={D} docs={docs} ranged {pick or 'plan'}: {took}", flush=True)
             finally:
                 core.measured_choice = measured

@@ -19,6 +19,33 @@ def _elapsed(step, n=20):
     return start.elapsed_time(end) * 1e3 / n
 
 
+def kernel_times(step, calls=5):
+    """``[(kernel name, us)]`` of one ``step()`` in launch order, each the
+    mean over ``calls`` profiled calls after three warm-up ones (the
+    profiler's own averages would merge a gated pair's two launches of
+    one kernel)."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    per = len(kernels) // calls
+    return [
+        (e.name[:32], round(sum(x.device_time for x in kernels[i::per]) / calls, 1))
+        for i, e in enumerate(kernels[:per])
+    ]
+
+
+def _report(label, step):
+    """The elapsed time a call (best of 5 x 20 calls) and its kernels."""
+    times = kernel_times(step)
+    us = min(_elapsed(step) for _ in range(5))
+    print(f"{label}: {us:.1f}us a call;", ", ".join(f"{n} {t}us" for n, t in times), flush=True)
+
+
 def main():
     import sys
 
@@ -51,26 +78,7 @@ def main():
                     out = torch_api.flash_attention(*leaves, causal=True, **kw)
                     torch.autograd.grad(out, leaves, do)
 
-                for _ in range(3):
-                    step()
-                torch.cuda.synchronize()
-                us = min(_elapsed(step) for _ in range(5))
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(5):
-                        step()
-                    torch.cuda.synchronize()
-                # The kernels of one call in launch order (the profiler's
-                # averages would merge a gated pair's two launches of one kernel).
-                kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-                per = len(kernels) // 5
-                print(
-                    f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}: {us:.1f}us a call;",
-                    ", ".join(
-                        f"{e.name[:32]} {sum(x.device_time for x in kernels[i::per]) / 5:.1f}us"
-                        for i, e in enumerate(kernels[:per])
-                    ),
-                    flush=True,
-                )
+                _report(f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}", step)
 
 
 def docs():
@@ -87,24 +95,7 @@ def docs():
             def step(kw=kw, qkv=(q, k, v)):
                 torch_api.flash_attention(*qkv, causal=True, **kw)
 
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            us = min(_elapsed(step) for _ in range(5))
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(5):
-                    step()
-                torch.cuda.synchronize()
-            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-            per = len(kernels) // 5
-            print(
-                f"T={T} D={D} docs={n} fwd {name}: {us:.1f}us a call;",
-                ", ".join(
-                    f"{e.name[:32]} {sum(x.device_time for x in kernels[i::per]) / 5:.1f}us"
-                    for i, e in enumerate(kernels[:per])
-                ),
-                flush=True,
-            )
+            _report(f"T={T} D={D} docs={n} fwd {name}", step)
 
 
 if __name__ == "__main__":

@@ -260,91 +260,91 @@ def test_head_dim_128_ranged_tiles(causal, monkeypatch):
             assert plain == (long[kind] if length >= 2048 else want), (kind, length)
 
 
+@pytest.fixture
+def gpu_segment_plans(monkeypatch):
+    """``make(D) -> (q, plain, by_ids)``: the plans of B1 T4k, 8 query heads
+    on 2, head dim ``D``, causal, bf16, with a GPU's configs (the
+    interpreter's are one table entry for all) and the warp-specialised
+    forward off, without and with segment ids (and their ranges)."""
+    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
+    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
+    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
+    flash.attention_plans.cache_clear()
+
+    def make(D):
+        q, kv = _info((1, 4096, 8, D), "bfloat16"), _info((1, 4096, 2, D), "bfloat16")
+        ids = _info((1, 4096), "int32")
+        plain, _ = flash.plans(q, kv, kv, causal=True)
+        by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
+        return q, plain, by_ids
+
+    yield make
+    flash.attention_plans.cache_clear()
+
+
 @pytest.mark.parametrize("D", [64, 128])
-def test_ranged_forward_edge_stages(D, monkeypatch):
+def test_ranged_forward_edge_stages(D, gpu_segment_plans):
     """The ranged kernels' masked runs pipeline over 2 stages where
     flash_configs.edge_stages measured it (head dim 128's forward, head dim
     64's dQ and dK/dV at the tiles a B1 T4k call takes), over the launch's
     own elsewhere (0); a gated pair's first launch keeps plain attention's
     0, so it is plain attention's kernel."""
-    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
-    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
-    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
-    flash.attention_plans.cache_clear()
-    try:
-        q, kv = _info((1, 4096, 8, D), "bfloat16"), _info((1, 4096, 2, D), "bfloat16")
-        ids = _info((1, 4096), "int32")
-        plain, _ = flash.plans(q, kv, kv, causal=True)
-        by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
-        whole, rest = by_ids.forward
-        assert plain.forward[0].constexprs["EDGE_STAGES"] == whole.constexprs["EDGE_STAGES"] == 0
-        want = 2 if D == 128 else 0
-        assert rest.constexprs["EDGE_STAGES"] == want and rest.constexprs["HAS_RANGE"]
+    q, plain, by_ids = gpu_segment_plans(D)
+    whole, rest = by_ids.forward
+    assert plain.forward[0].constexprs["EDGE_STAGES"] == whole.constexprs["EDGE_STAGES"] == 0
+    want = 2 if D == 128 else 0
+    assert rest.constexprs["EDGE_STAGES"] == want and rest.constexprs["HAS_RANGE"]
+    tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
+    assert flash_configs.edge_stages("fwd", flash_configs.dim_class(D), True, tiles) == want
+    assert flash_configs.edge_stages("fwd", 128, False, (64, 64, 4, 3)) == 0
+    # The backward's ranged launches: head dim 64's dQ and dK/dV take 2.
+    dkdv, dq = by_ids.grads(q, q)
+    for kind, steps in (("dkdv", dkdv), ("dq", dq)):
+        rest = next(st for st in steps if st.constexprs.get("GATE") == 2)
         tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
-        assert flash_configs.edge_stages("fwd", flash_configs.dim_class(D), True, tiles) == want
-        assert flash_configs.edge_stages("fwd", 128, False, (64, 64, 4, 3)) == 0
-        # The backward's ranged launches: head dim 64's dQ and dK/dV take 2.
-        dkdv, dq = by_ids.grads(q, q)
-        for kind, steps in (("dkdv", dkdv), ("dq", dq)):
-            rest = next(st for st in steps if st.constexprs.get("GATE") == 2)
-            tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
-            got = rest.constexprs["EDGE_STAGES"]
-            assert got == flash_configs.EDGE_STAGES.get((kind, flash_configs.dim_class(D), tiles), 0), kind
-            assert got == (2 if D == 64 else 0), (kind, tiles)
-    finally:
-        flash.attention_plans.cache_clear()
+        got = rest.constexprs["EDGE_STAGES"]
+        assert got == flash_configs.EDGE_STAGES.get((kind, flash_configs.dim_class(D), tiles), 0), kind
+        assert got == (2 if D == 64 else 0), (kind, tiles)
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, monkeypatch):
+def test_segment_ids_run_as_gated_pairs_of_plain_and_ranged_kernels(D, gpu_segment_plans):
     """With segment ids, each main launch is a gated pair (flash.gated_pair):
     first plain attention's own launch (same kernel, tiles and constexprs
     but GATE), then the ranged one writing into its outputs.  Checked with
     a GPU's configs (the interpreter's are one table entry for all), the
     warp-specialised forward off (on sm_90 plain attention takes it; the
     pair's first launch is the main kernel)."""
-    monkeypatch.setattr(flash_tma_plans, "WS_FORWARD", "off")
-    monkeypatch.setattr(flash, "interpreter_requested", lambda: False)
-    monkeypatch.setattr(flash_configs, "interpreter_requested", lambda: False)
-    flash.attention_plans.cache_clear()
-    try:
-        q, kv = _info((1, 4096, 8, D), "bfloat16"), _info((1, 4096, 2, D), "bfloat16")
-        plain, _ = flash.plans(q, kv, kv, causal=True)
-        ids = _info((1, 4096), "int32")
-        by_ids, _ = flash.plans(q, kv, kv, ids, causal=True, q_key_range=ids, kv_query_range=ids)
-        pairs = {"fwd": (plain.forward, by_ids.forward)}
-        grads = zip(plain.grads(q, q), by_ids.grads(q, q), strict=True)
-        pairs.update(zip(("dkdv", "dq"), grads, strict=True))
-        for kind, (alone, pair) in pairs.items():
-            # dK/dV's split sum (B1 with 2 key heads splits its group)
-            # follows both, the same launch.
-            p, *after = alone
-            whole, rest, *after_pair = pair
-            assert after == after_pair and len(after) == (kind == "dkdv"), kind
-            assert whole.kernel is p.kernel and (callable(p.grid) or whole.grid == p.grid), kind
-            assert {**whole.constexprs, "GATE": 0} == p.constexprs and whole.constexprs["GATE"] == 1, kind
-            assert (whole.num_warps, whole.num_stages, whole.maxnreg) == (
-                p.num_warps,
-                p.num_stages,
-                p.maxnreg,
-            )
-            assert whole.aliases == () and whole.params[-len(p.outputs) :] == p.params[-len(p.outputs) :]
-            assert (
-                rest.constexprs["GATE"] == 2 and rest.constexprs["HAS_SEG"] and rest.constexprs["HAS_RANGE"]
-            )
-            assert rest.aliases == tuple(enumerate(p.output_names)), kind
-            assert rest.params[-len(p.outputs) :] == tuple(In(n) for n in p.output_names), kind
-            if D == 64:  # the ranged launch keeps its own measured tiles
-                tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
-                splits = 4 if kind == "dkdv" else 1  # a group of 4 at 2 x 64 key blocks
-                assert tiles == flash_configs.measured_choice(kind, 64, True, 4096, 4096, True, splits), kind
-                block = tiles[1] if kind == "dkdv" else tiles[0]
-                assert rest.grid[0] == 4096 // block, kind
-        # Head dim 64's forward: the plain and ranged tiles differ.
-        if D == 64:
-            assert by_ids.forward[0].constexprs["BM"] != by_ids.forward[1].constexprs["BM"]
-    finally:
-        flash.attention_plans.cache_clear()
+    q, plain, by_ids = gpu_segment_plans(D)
+    pairs = {"fwd": (plain.forward, by_ids.forward)}
+    grads = zip(plain.grads(q, q), by_ids.grads(q, q), strict=True)
+    pairs.update(zip(("dkdv", "dq"), grads, strict=True))
+    for kind, (alone, pair) in pairs.items():
+        # dK/dV's split sum (B1 with 2 key heads splits its group)
+        # follows both, the same launch.
+        p, *after = alone
+        whole, rest, *after_pair = pair
+        assert after == after_pair and len(after) == (kind == "dkdv"), kind
+        assert whole.kernel is p.kernel and (callable(p.grid) or whole.grid == p.grid), kind
+        assert {**whole.constexprs, "GATE": 0} == p.constexprs and whole.constexprs["GATE"] == 1, kind
+        assert (whole.num_warps, whole.num_stages, whole.maxnreg) == (
+            p.num_warps,
+            p.num_stages,
+            p.maxnreg,
+        )
+        assert whole.aliases == () and whole.params[-len(p.outputs) :] == p.params[-len(p.outputs) :]
+        assert rest.constexprs["GATE"] == 2 and rest.constexprs["HAS_SEG"] and rest.constexprs["HAS_RANGE"]
+        assert rest.aliases == tuple(enumerate(p.output_names)), kind
+        assert rest.params[-len(p.outputs) :] == tuple(In(n) for n in p.output_names), kind
+        if D == 64:  # the ranged launch keeps its own measured tiles
+            tiles = (rest.constexprs["BM"], rest.constexprs["BN"], rest.num_warps, rest.num_stages)
+            splits = 4 if kind == "dkdv" else 1  # a group of 4 at 2 x 64 key blocks
+            assert tiles == flash_configs.measured_choice(kind, 64, True, 4096, 4096, True, splits), kind
+            block = tiles[1] if kind == "dkdv" else tiles[0]
+            assert rest.grid[0] == 4096 // block, kind
+    # Head dim 64's forward: the plain and ranged tiles differ.
+    if D == 64:
+        assert by_ids.forward[0].constexprs["BM"] != by_ids.forward[1].constexprs["BM"]
 
 
 def _delta_plans(monkeypatch, settings, dtype="bfloat16", B=2, T=300, K=64, V=64, packed=False, **kw):
