@@ -206,9 +206,8 @@ def gated_pair(
         kernel, grid, consts, w, s, cap = tiles or (
             plan.kernel, plan.grid, {}, plan.num_warps, plan.num_stages, plan.maxnreg
         )  # fmt: skip
-        flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1}
-        if "EDGE_STAGES" in plan.constexprs:  # the Triton kernels: as plain attention's
-            flags["EDGE_STAGES"] = 0
+        # EDGE_STAGES as plain attention's (0: it has no ranged runs).
+        flags = {"HAS_SEG": False, "HAS_RANGE": False, "GATE": 1, "EDGE_STAGES": 0}
         whole = dataclasses.replace(
             plan, kernel=kernel, grid=grid, constexprs={**plan.constexprs, **consts, **flags},
             num_warps=w, num_stages=s, maxnreg=cap,
