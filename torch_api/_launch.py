@@ -70,6 +70,18 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
+def _global_scratch(size: int, alignment: int, stream: int):
+    """``size`` bytes of global scratch from Triton's allocator for this
+    thread (ours unless the user set one), as Triton's launcher takes them."""
+    from triton.runtime import _allocation
+
+    allocator = _allocation._allocator.get()
+    if allocator is _allocation._NULL_ALLOCATOR:
+        _allocation.set_allocator(_scratch)
+        allocator = _scratch
+    return allocator(size, alignment, stream)
+
+
 def _ensure_scratch_allocator() -> None:
     """Give Triton an allocator for kernels that build tensor descriptors on
     the device, unless the user set one.  Triton keeps it per thread
@@ -158,7 +170,7 @@ class _Fast:
 
     __slots__ = (
         *("plan", "slots", "nones", "args", "n_in", "outputs", "aliases"),
-        *("index", "device", "call", "grid", "head", "tail"),
+        *("index", "device", "call", "grid", "head", "post", "scratch", "tail"),
     )
 
     def __call__(self, inputs):
@@ -199,7 +211,13 @@ class _Fast:
                     o = torch.full(shape, fill, dtype=dtype, device=self.device)
             outputs.append(o)
             args[self.n_in + i] = o.data_ptr()
-        self.call(*self.grid, torch._C._cuda_getCurrentRawStream(index), *self.head, *args, *self.tail)
+        stream = torch._C._cuda_getCurrentRawStream(index)
+        # Global scratch (the Gluon kernels' device-side descriptors), fresh
+        # for each launch as Triton's launcher gives it; kept alive until
+        # the launch is queued, then the caching allocator orders its reuse
+        # after the kernel on this stream.
+        scratch = _global_scratch(*self.scratch, stream) if self.scratch[0] else None
+        self.call(*self.grid, stream, *self.head, scratch, *self.post, *args, *self.tail)
         return outputs
 
 
@@ -249,7 +267,7 @@ def _remember(plan: LaunchPlan, used: dict, outputs: list, device: torch.device)
     # get_device()'s number (-1 for the CPU, which only tests use).
     fast.index, fast.device = (-1 if device.index is None else device.index), device
     fast.call = replay.direct
-    fast.grid, fast.head = replay.grid, replay.head
+    fast.grid, fast.head, fast.post, fast.scratch = replay.grid, replay.head, replay.post, replay.scratch
     fast.tail = replay.tail
     if len(_fast) >= _FAST_LIMIT:
         _fast.clear()

@@ -215,7 +215,9 @@ def launch_routes(torch, torch_api):
     if replay.direct is not None:
         ptrs = [t.data_ptr() if hasattr(t, "data_ptr") else t for t in args]
         head = (*replay.grid, stream(), *replay.head)
-        routes["C entry alone"] = lambda: replay.direct(*head, *ptrs, *replay.tail)
+        routes["C entry alone"] = lambda: replay.direct(
+            *head, replay.global_scratch(head[3]), *replay.post, *ptrs, *replay.tail
+        )
     print(f"== one launch of the flash forward plan ({len(args)} arguments); C entry: {replay.direct}")
     for name, fn in routes.items():
         host, wall = _rate(fn, torch, n=2000)

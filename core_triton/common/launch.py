@@ -154,9 +154,12 @@ def launch_direct(
 # its compiled C entry itself with the tensors' addresses as integers: that
 # skips Triton's per-launch Python (device and stream lookup, the scratch
 # allocators' closures) and the driver query that checks each pointer, which
-# the first launch of the plan already made.  A kernel that needs global or
-# profiling scratch, or a launch hook set by a profiler, takes Triton's own
-# runner instead.
+# the first launch of the plan already made.  A kernel that needs global
+# scratch (device-side tensor descriptors: the Gluon kernels) gets it here as
+# Triton would give it: grid x CTAs x the compiled per-program size, from
+# the allocator set with ``triton.set_allocator``, fresh for each launch.
+# A kernel that needs profiling scratch, or a launch hook set by a profiler,
+# takes Triton's own runner instead.
 
 _REPLAY_LIMIT = 1024
 _replays: dict[int, tuple[LaunchPlan, Any]] = {}
@@ -171,9 +174,12 @@ _RUNTIME_KNOBS: list[Any] = [None]
 class _Replay:
     """One plan's compiled launch, called again without Triton's binder."""
 
-    __slots__ = ("runner", "tail", "tensors", "outputs", "signature", "direct", "grid", "head")
+    __slots__ = (
+        *("runner", "tail", "tensors", "outputs", "signature", "direct", "grid", "head"),
+        *("scratch", "post"),
+    )
 
-    def __init__(self, runner, tail, tensors, outputs, signature, direct, grid, head):
+    def __init__(self, runner, tail, tensors, outputs, signature, direct, grid, entry):
         self.runner = runner
         self.tail = tail
         self.tensors = tensors  # positions of the plan's input tensors in the arguments
@@ -181,7 +187,22 @@ class _Replay:
         self.signature = signature
         self.direct = direct  # the C launch entry, or None
         self.grid = grid
-        self.head = head  # the C entry's arguments between the stream and the kernel's
+        # The C entry's arguments between the stream and the global scratch,
+        # then those between the scratch and the kernel's own (see DirectEntry).
+        self.head, self.post = entry.head, entry.post
+        # Bytes of global scratch for the whole grid, and their alignment; (0, 0): none.
+        n = grid[0] * grid[1] * grid[2] * entry.scratch_size
+        self.scratch = (n, entry.scratch_align)
+
+    def global_scratch(self, stream: int) -> Any:
+        """A fresh global-scratch buffer for one launch on ``stream`` (what
+        Triton's launcher allocates), or None where the kernel needs none."""
+        size, align = self.scratch
+        if not size:
+            return None
+        from triton.runtime import _allocation
+
+        return _allocation._allocator.get()(size, align, stream)
 
     def run(self, args: list[Any], stream: Callable[[], int] | None) -> bool:
         """Launch on ``args`` (inputs, then outputs) if they match the
@@ -194,7 +215,11 @@ class _Replay:
             return True
         for i in self.outputs:
             ptrs[i] = args[i].data_ptr()
-        self.direct(*self.grid, stream(), *self.head, *ptrs, *self.tail)
+        handle = stream()
+        # The scratch object (a tensor) lives until the launch is queued; a
+        # stream-ordered allocator then reuses it only after the kernel.
+        scratch = self.global_scratch(handle)
+        self.direct(*self.grid, handle, *self.head, scratch, *self.post, *ptrs, *self.tail)
         return True
 
 
@@ -231,11 +256,19 @@ def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Repla
             return None
         meta.update(best.kwargs)
         kernel = kernel.fn
-    if type(kernel).__name__ != "JITFunction" or not hasattr(compiled, "packed_metadata"):
+    if type(kernel).__name__ not in _JIT_TYPES or not hasattr(compiled, "packed_metadata"):
         return None  # interpreted, or a Triton whose launch path we do not know
     names = list(getattr(kernel, "arg_names", ()))
-    if len(names) < len(args) or any(n not in meta for n in names[len(args) :]):
+    if len(names) < len(args):
         return None
+    # A constexpr the plan leaves out takes the kernel's default (the
+    # Gluon forward's PINGPONG), as Triton's binder would give it.
+    defaults = {p.name: p.default for p in getattr(kernel, "params", ()) if getattr(p, "has_default", False)}
+    for n in names[len(args) :]:
+        if n not in meta:
+            if n not in defaults:
+                return None
+            meta[n] = defaults[n]
     tail = tuple(meta[n] for n in names[len(args) :])
     grid = plan.grid
     if callable(grid):
@@ -244,37 +277,57 @@ def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Repla
     n_in = len(args) - len(plan.outputs)
     tensors = tuple(i for i in range(n_in) if hasattr(args[i], "data_ptr"))
     outputs = tuple(range(n_in, len(args)))
-    direct, head = _direct_entry(compiled)
+    entry = _direct_entry(compiled)
     signature = _inspect(args, tensors)[0]
-    return _Replay(compiled[grid], tail, tensors, outputs, signature, direct, grid, head)
+    return _Replay(compiled[grid], tail, tensors, outputs, signature, entry.launch, grid, entry)
 
 
-def _direct_entry(compiled: Any) -> tuple[Any, tuple[Any, ...]]:
+@dataclass(frozen=True)
+class DirectEntry:
+    """A compiled launcher's C entry, split around its global-scratch slot:
+    ``launch(gridX, gridY, gridZ, stream, *head, global_scratch, *post,
+    *kernel_args)``.  ``scratch_size`` is the kernel's global scratch a
+    program (bytes; 0: none), ``scratch_align`` its alignment.  ``launch``
+    is None where the layout is unknown (then the replay takes Triton's
+    runner)."""
+
+    launch: Any = None
+    head: tuple[Any, ...] = ()
+    post: tuple[Any, ...] = ()
+    scratch_size: int = 0
+    scratch_align: int = 0
+
+
+# The kernel classes whose launches are replayed (Gluon's subclasses
+# JITFunction and binds, compiles and launches the same way).
+_JIT_TYPES = ("JITFunction", "GluonJITFunction")
+
+
+def _direct_entry(compiled: Any) -> DirectEntry:
     """The compiled launcher's C entry and the arguments it takes before the
-    kernel's own, where this Triton's layout is known; else (None, ())."""
+    kernel's own, where this Triton's layout is known."""
     import triton
 
     if not triton.__version__.startswith(_DIRECT_TRITON):
-        return None, ()
+        return DirectEntry()
     _RUNTIME_KNOBS[0] = triton.knobs.runtime
     launcher = compiled.run
     try:
-        if launcher.global_scratch_size or launcher.profile_scratch_size or launcher.num_ctas != 1:
-            return None, ()
-        head = (
-            compiled.function,
-            launcher.launch_cooperative_grid,
-            launcher.launch_pdl,
-            None,  # global scratch
+        if launcher.profile_scratch_size or launcher.num_ctas != 1:
+            return DirectEntry()
+        head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl)
+        post = (
             None,  # profiling scratch
             compiled.packed_metadata,
             None,  # launch metadata (only enter hooks read it)
             None,  # enter hook (run checks that none is set)
             None,  # exit hook
         )
-        return launcher.launch, head
+        size = int(launcher.global_scratch_size or 0)
+        align = int(launcher.global_scratch_align or 1) if size else 0
+        return DirectEntry(launcher.launch, head, post, size, align)
     except AttributeError:
-        return None, ()
+        return DirectEntry()
 
 
 def run_steps(steps: Sequence[LaunchPlan], inputs: Mapping[str, Any], launch_one) -> list[Any]:

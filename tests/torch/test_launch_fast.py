@@ -48,6 +48,8 @@ def fast_plan(monkeypatch, request):
         signature=tuple((t.dtype, t.device, t.data_ptr() % 16 == 0) for t in (x, y, used["idx"])),
         grid=(3, 2, 1),
         head=("function", False),
+        post=("metadata",),
+        scratch=(0, 0),
         tail=(64, 128),
     )
     monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
@@ -69,7 +71,7 @@ def test_fast_launch_passes_the_plans_scalars_and_the_calls_addresses(fast_plan)
     assert outputs[1].shape == (4,) and outputs[1].dtype == torch.int32
     assert torch.equal(outputs[1], torch.zeros(4, dtype=torch.int32)), "a filled output starts filled"
     (call,) = calls
-    expected = (3, 2, 1, STREAM, "function", False)
+    expected = (3, 2, 1, STREAM, "function", False, None, "metadata")
     expected += (x.data_ptr(), 11, y.data_ptr(), None, idx.data_ptr(), 2.5)
     expected += (outputs[0].data_ptr(), outputs[1].data_ptr(), 64, 128)
     assert call == expected
@@ -80,7 +82,7 @@ def test_fast_launch_reads_strided_index_arrays_through_a_copy(fast_plan):
     fast(inputs)
     (call,) = calls
     # inputs["idx"] is strided: the launch got a contiguous copy's address.
-    assert call[6 + 4] != inputs["idx"].data_ptr()
+    assert call[8 + 4] != inputs["idx"].data_ptr()
 
 
 @pytest.mark.parametrize("change", ["dtype", "misaligned", "absent input given", "device"])
@@ -122,8 +124,9 @@ def test_fast_launch_keeps_no_tensor_of_its_first_call(monkeypatch):
     plan = LaunchPlan(kernel=object(), grid=(1, 1, 1), params=(In("x"), 3), outputs=outputs)
     signature = ((x.dtype, x.device, True),)
     replay = types.SimpleNamespace(
-        direct=lambda *a: None, tensors=(0,), signature=signature, grid=(1, 1, 1), head=(), tail=()
-    )
+        direct=lambda *a: None, tensors=(0,), signature=signature, grid=(1, 1, 1), head=(), tail=(),
+        post=(), scratch=(0, 0),
+    )  # fmt: skip
     monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
     _launch._remember(plan, {"x": x}, [out], torch.device("cpu"))
     fast = _launch._fast.pop(id(plan))
@@ -149,7 +152,7 @@ def test_fast_launch_fills_every_position_of_a_repeated_input(monkeypatch):
     signature = tuple((t.dtype, t.device, t.data_ptr() % 16 == 0) for t in (off, x, off, x, off))
     replay = types.SimpleNamespace(
         direct=lambda *a: calls.append(a), tensors=tensors, signature=signature, grid=(1, 1, 1),
-        head=(), tail=(),
+        head=(), post=(), scratch=(0, 0), tail=(),
     )  # fmt: skip
     monkeypatch.setitem(core_launch._replays, id(plan), (plan, replay))
     _launch._remember(plan, {"off": off, "x": x}, [torch.empty(3)], torch.device("cpu"))
@@ -159,8 +162,62 @@ def test_fast_launch_fills_every_position_of_a_repeated_input(monkeypatch):
     (out,) = fast({"off": off2, "x": x2})
     (call,) = calls
     p, q = off2.data_ptr(), x2.data_ptr()
-    assert call == (1, 1, 1, STREAM, p, q, 5, p, q, p, out.data_ptr())
+    assert call == (1, 1, 1, STREAM, None, p, q, 5, p, q, p, out.data_ptr())
     assert fast({"off": off2.long(), "x": x2}) is None and len(calls) == 1
+
+
+def test_fast_launch_gives_global_scratch_from_tritons_allocator(fast_plan, monkeypatch):
+    """A kernel with global scratch (the Gluon kernels' device-side
+    descriptors) gets a fresh buffer each launch, of grid x the compiled
+    per-program size, from the allocator Triton's own launcher would use
+    (the user's, where set), in the scratch slot between head and post."""
+    from triton.runtime import _allocation
+
+    fast, inputs, calls = fast_plan
+    asked = []
+
+    def allocator(size, align, stream):
+        asked.append((size, align, stream))
+        return f"buffer {len(asked)}"
+
+    fast.scratch = (6 * 256, 128)  # grid (3, 2, 1), 256 bytes a program
+    token = _allocation._allocator.set(allocator)
+    try:
+        fast(inputs)
+        fast(inputs)
+    finally:
+        _allocation._allocator.reset(token)
+    assert asked == [(1536, 128, STREAM)] * 2
+    assert [call[6:8] for call in calls] == [("buffer 1", "metadata"), ("buffer 2", "metadata")]
+
+
+def test_replay_sizes_global_scratch_from_the_compiled_launcher(monkeypatch):
+    """core_triton's replay takes the scratch size, alignment and the C
+    entry's arguments around the scratch slot from Triton 3.6's launcher
+    (recorded here; the installed Triton is taken for 3.6)."""
+    import triton
+
+    monkeypatch.setattr(core_launch, "_DIRECT_TRITON", (triton.__version__,))
+    launcher = types.SimpleNamespace(
+        profile_scratch_size=0, num_ctas=1, global_scratch_size=384, global_scratch_align=128,
+        launch_cooperative_grid=False, launch_pdl=True, launch="entry",
+    )  # fmt: skip
+    compiled = types.SimpleNamespace(run=launcher, function="fn", packed_metadata="meta")
+    entry = core_launch._direct_entry(compiled)
+    assert (entry.launch, entry.head, entry.post) == (
+        "entry",
+        ("fn", False, True),
+        (None, "meta", None, None, None),
+    )
+    replay = core_launch._Replay(None, (), (), (), (), entry.launch, (5, 3, 2), entry)
+    assert replay.scratch == (5 * 3 * 2 * 384, 128)
+    launcher.global_scratch_size = 0
+    replay = core_launch._Replay(
+        None, (), (), (), (), "entry", (5, 3, 2), core_launch._direct_entry(compiled)
+    )
+    assert replay.scratch == (0, 0) and replay.global_scratch(STREAM) is None
+    launcher.profile_scratch_size = 64  # profiling scratch: Triton's own runner
+    assert core_launch._direct_entry(compiled).launch is None
 
 
 def test_outputs_are_poisoned_in_the_suite():
