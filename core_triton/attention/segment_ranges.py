@@ -44,9 +44,15 @@ from core_triton.common.runtime import jit
 
 # Tokens per program: an unsorted row's bound is shared by a program's
 # tokens, so no wider than the flash kernels' largest block (128) to stay
-# tight.  SCAN: the stretch of the other row each step of the scan reads.
+# tight.  SCAN: the stretch of the other row each step of the scan reads,
+# over _WARPS warps.  Measured on the H200 (bench.probes.ranges_scan, B1,
+# us; the scan reduced every step, 4096 over 4 warps, before): T16k 14.8
+# -> 8.8 (sorted), 18.4 -> 14.2 (shuffled); T4k one segment 3.8 -> 3.5,
+# 64 documents 6.2 -> 7.0 (8 warps slow the search those blocks run:
+# 4096 over 8 warps with the old scan took 6.5 there, 10.7 at 16k).
 _BLOCK = 128
-_SCAN = 4096
+_SCAN = 1024
+_WARPS = 8
 # Points each step of the search probes, plus one: the search's dependent
 # loads are what a short call waits for.
 _WAYS = 16
@@ -107,27 +113,35 @@ def _side_ranges(
     # One pass over the other row (every program reads it whole: one launch,
     # no second pass, and ids are small next to the attention's inputs):
     # does it ever decrease, and where are its tokens whose id lies in this
-    # block's [smin, smax] (the bound an unsorted row gets)?
-    descents = 0
-    first_hit = T_other
-    last_hit = -1
-    # Tokens of the other row below smin and up to smax: where this block
+    # block's [smin, smax] (the bound an unsorted row gets)?  Also the
+    # tokens of the other row below smin and up to smax: where this block
     # holds one id (smin == smax) and the row is sorted, its range in
-    # searchsorted's terms, with no search.
-    n_below = 0
-    n_upto = 0
+    # searchsorted's terms, with no search.  Each lane keeps its own tally
+    # across the pass and they are reduced once after it: a reduction a
+    # step (five of them, each through shared memory) made the pass a chain
+    # of waits.
+    descents = tl.zeros([SCAN], tl.int32)
+    first_hit = tl.zeros([SCAN], tl.int32) + T_other
+    last_hit = tl.zeros([SCAN], tl.int32) - 1
+    n_below = tl.zeros([SCAN], tl.int32)
+    n_upto = tl.zeros([SCAN], tl.int32)
     for c in range(0, T_other, SCAN):
         j = c + tl.arange(0, SCAN)
         inside = j < T_other
         pair = j + 1 < T_other
         x = tl.load(OTHER + j, mask=inside, other=0).to(tl.int32)
         y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
-        descents += tl.sum((pair & (x > y)).to(tl.int32), 0)
+        descents += (pair & (x > y)).to(tl.int32)
         hit = inside & (x >= smin) & (x <= smax)
-        first_hit = tl.minimum(first_hit, tl.min(tl.where(hit, j, T_other), 0))
-        last_hit = tl.maximum(last_hit, tl.max(tl.where(hit, j, -1), 0))
-        n_below += tl.sum((inside & (x < smin)).to(tl.int32), 0)
-        n_upto += tl.sum((inside & (x <= smax)).to(tl.int32), 0)
+        first_hit = tl.minimum(first_hit, tl.where(hit, j, T_other))
+        last_hit = tl.maximum(last_hit, tl.where(hit, j, -1))
+        n_below += (inside & (x < smin)).to(tl.int32)
+        n_upto += (inside & (x <= smax)).to(tl.int32)
+    descents = tl.sum(descents, 0)
+    first_hit = tl.min(first_hit, 0)
+    last_hit = tl.max(last_hit, 0)
+    n_below = tl.sum(n_below, 0)
+    n_upto = tl.sum(n_upto, 0)
     if smin == smax:
         # One id in the block (one segment, or a document longer than the
         # block: most blocks): its first index and one past its last, were
@@ -229,6 +243,6 @@ def range_plan(q_seg: TensorInfo, kv_seg: TensorInfo, q_name: str, kv_name: str)
         outputs=tuple(OutputSpec(info.shape, "int32") for info in infos.values()),
         output_names=tuple(infos),
         constexprs=dict(BLOCK=_BLOCK, SCAN=_SCAN, WAYS=_WAYS),
-        num_warps=4,
+        num_warps=_WARPS,
         num_stages=1,
     )
