@@ -16,20 +16,23 @@ class FakeTensor:
         return self.ptr
 
 
-def _replay(direct):
+def _replay(direct, scratch_size=0):
     calls = {"runner": [], "direct": []}
     q, k, out = FakeTensor(4096), FakeTensor(8192), FakeTensor(1024)
     args = [q, 7, k, 0.5, out]  # inputs and scalars, then the output
     tensors = (0, 2)
+    launch = (lambda *a: calls["direct"].append(a)) if direct else None
     replay = core_launch._Replay(
         runner=lambda *a: calls["runner"].append(a),
         tail=("BM",),
         tensors=tensors,
         outputs=(4,),
         signature=core_launch._inspect(args, tensors)[0],
-        direct=(lambda *a: calls["direct"].append(a)) if direct else None,
+        direct=launch,
         grid=(3, 2, 1),
-        head=("fn", "head"),
+        entry=core_launch.DirectEntry(
+            launch, ("fn", "head"), ("post",), scratch_size, 128 if scratch_size else 0
+        ),
     )
     return replay, args, calls
 
@@ -40,8 +43,34 @@ def test_direct_route_gets_addresses(monkeypatch):
     )
     replay, args, calls = _replay(direct=True)
     assert replay.run(args, stream=lambda: 99)
-    assert calls["direct"] == [(3, 2, 1, 99, "fn", "head", 4096, 7, 8192, 0.5, 1024, "BM")]
+    assert calls["direct"] == [(3, 2, 1, 99, "fn", "head", None, "post", 4096, 7, 8192, 0.5, 1024, "BM")]
     assert calls["runner"] == []
+
+
+def test_direct_route_gives_global_scratch(monkeypatch):
+    """A kernel with global scratch gets a fresh buffer each launch, of the
+    grid's programs x the compiled size, from Triton's allocator (what its
+    own launcher would pass), in the scratch slot."""
+    from triton.runtime import _allocation
+
+    monkeypatch.setattr(
+        core_launch, "_RUNTIME_KNOBS", [SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)]
+    )
+    asked = []
+
+    def allocator(size, align, stream):
+        asked.append((size, align, stream))
+        return f"scratch {len(asked)}"
+
+    replay, args, calls = _replay(direct=True, scratch_size=256)
+    token = _allocation._allocator.set(allocator)
+    try:
+        assert replay.run(args, stream=lambda: 99)
+        assert replay.run(args, stream=lambda: 99)
+    finally:
+        _allocation._allocator.reset(token)
+    assert asked == [(6 * 256, 128, 99)] * 2
+    assert [c[4:8] for c in calls["direct"]] == [("fn", "head", f"scratch {i}", "post") for i in (1, 2)]
 
 
 def test_runner_route_without_a_stream_or_with_hooks(monkeypatch):
