@@ -101,6 +101,7 @@ class TorchOp:
         self.params = params
         self.names = tuple(p.name for p in params)
         self.tensor_index = tuple(i for i, p in enumerate(params) if p.is_tensor)
+        self.tensor_names = tuple(self.names[i] for i in self.tensor_index)
         self.option_index = tuple(i for i, p in enumerate(params) if not p.is_tensor)
         self.n_outputs = n_outputs
         self.impl = impl
@@ -177,7 +178,7 @@ class TorchOp:
         outputs = list(saved[n_t : n_t + self.n_outputs])
         extras = list(saved[n_t + self.n_outputs :])
         args = dict(ctx.options)
-        args.update((self.names[i], t) for i, t in zip(self.tensor_index, tensors, strict=True))
+        args.update(zip(self.tensor_names, tensors, strict=True))
         needs = [bool(ctx.needs_input_grad[i]) for i in self.tensor_index]
         cts = list(grads[: self.n_outputs])
         tensor_grads = self.backward_op(*(args[n] for n in self.names), outputs, extras, cts, needs)
@@ -194,41 +195,37 @@ class TorchOp:
     # ---- the public entry ----------------------------------------------------
 
     def __call__(self, *args) -> tuple[torch.Tensor, ...]:
-        """The op's outputs for ``args`` (every parameter, in order)."""
+        """The op's outputs for ``args`` (every parameter, in order).
+
+        One pass over the tensor arguments finds what the road depends on
+        (each check a pass of its own was a tenth of an eager call's host
+        time): a ``TypeError`` naming the first that is neither None nor a
+        ``torch.Tensor`` (a JAX or numpy array handed to this binding);
+        whether one is a meta tensor and whether one requires grad."""
         tensors = [args[i] for i in self.tensor_index]
-        check_tensors({self.names[i]: t for i, t in zip(self.tensor_index, tensors, strict=True)})
-        if use_dispatcher(tensors):
+        meta = grad = False
+        for name, t in zip(self.tensor_names, tensors, strict=True):
+            if t is None:
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            meta = meta or t.is_meta
+            grad = grad or t.requires_grad
+        # The custom op under torch.compile / torch.export, and for meta
+        # tensors (no data: the fake implementation gives outputs of the
+        # right shapes and dtypes on the meta device, as torch's own ops do).
+        if meta or torch.compiler.is_compiling():
             outputs = self.op(*args)
             if not self.differentiable and self.n_outputs == 1:
                 return (outputs,)
             return tuple(outputs[: self.n_outputs])
         if not self.differentiable:
             return tuple(self.impl.forward(dict(zip(self.names, args, strict=True)))[0])
-        if self.impl.inference is not None and not _differentiated(tensors):
+        # A call autograd does not record keeps nothing for a backward.
+        if self.impl.inference is not None and not (grad and torch.is_grad_enabled()):
             return tuple(self.impl.inference(dict(zip(self.names, args, strict=True))))
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)
-
-
-def _differentiated(tensors) -> bool:
-    """Whether autograd records a call on ``tensors``."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
-def check_tensors(named: dict) -> None:
-    """``TypeError`` naming the first argument that is neither None nor a
-    ``torch.Tensor`` (a JAX or numpy array handed to this binding)."""
-    for name, t in named.items():
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-
-
-def use_dispatcher(tensors) -> bool:
-    """Whether a call goes through the custom op rather than the eager road:
-    under ``torch.compile`` / ``torch.export``, and for meta tensors (no
-    data: the fake implementation gives outputs of the right shapes and
-    dtypes on the meta device, as torch's own ops do)."""
-    return torch.compiler.is_compiling() or any(t is not None and t.is_meta for t in tensors)
 
 
 class _Eager(torch.autograd.Function):
@@ -237,7 +234,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: TorchOp, options: dict, *tensors):
         args = dict(options)
-        args.update((op.names[i], t) for i, t in zip(op.tensor_index, tensors, strict=True))
+        args.update(zip(op.tensor_names, tensors, strict=True))
         outputs, extras, state = op.impl.forward(args)
         ctx.op, ctx.options, ctx.state = op, options, state
         ctx.n_extras = len(extras)
@@ -251,7 +248,7 @@ class _Eager(torch.autograd.Function):
         saved = ctx.saved_tensors
         n_t = len(op.tensor_index)
         args = dict(ctx.options)
-        args.update((op.names[i], t) for i, t in zip(op.tensor_index, saved[:n_t], strict=True))
+        args.update(zip(op.tensor_names, saved[:n_t], strict=True))
         outputs = list(saved[n_t : n_t + op.n_outputs])
         extras = list(saved[n_t + op.n_outputs :])
         needs = [bool(n) for n in ctx.needs_input_grad[2:]]
