@@ -217,7 +217,8 @@ class _Fast:
         # the launch is queued, then the caching allocator orders its reuse
         # after the kernel on this stream.
         scratch = _global_scratch(*self.scratch, stream) if self.scratch[0] else None
-        self.call(*self.grid, stream, *self.head, scratch, *self.post, *args, *self.tail)
+        address = None if scratch is None else scratch.data_ptr()  # an int: no pointer query
+        self.call(*self.grid, stream, *self.head, address, *self.post, *args, *self.tail)
         return outputs
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 NAMESPACE = "twinkernels"
 
@@ -203,26 +204,32 @@ class TorchOp:
         ``torch.Tensor`` (a JAX or numpy array handed to this binding);
         whether one is a meta tensor and whether one requires grad."""
         tensors = [args[i] for i in self.tensor_index]
-        meta = grad = False
+        # The custom op under torch.compile / torch.export, and for meta
+        # tensors (no data: the fake implementation gives outputs of the
+        # right shapes and dtypes on the meta device, as torch's own ops do).
+        meta = compiling = torch.compiler.is_compiling()
+        grad = False
         for name, t in zip(self.tensor_names, tensors, strict=True):
             if t is None:
                 continue
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            meta = meta or t.is_meta
-            grad = grad or t.requires_grad
-        # The custom op under torch.compile / torch.export, and for meta
-        # tensors (no data: the fake implementation gives outputs of the
-        # right shapes and dtypes on the meta device, as torch's own ops do).
-        if meta or torch.compiler.is_compiling():
+            if not compiling:  # (a traced graph would keep the unused reads)
+                meta = meta or t.is_meta
+                grad = grad or t.requires_grad
+        if meta:
             outputs = self.op(*args)
             if not self.differentiable and self.n_outputs == 1:
                 return (outputs,)
             return tuple(outputs[: self.n_outputs])
         if not self.differentiable:
             return tuple(self.impl.forward(dict(zip(self.names, args, strict=True)))[0])
-        # A call autograd does not record keeps nothing for a backward.
-        if self.impl.inference is not None and not (grad and torch.is_grad_enabled()):
+        # A call autograd does not record keeps nothing for a backward.  Not
+        # under forward-mode AD (its dual tensors do not require grad):
+        # autograd.Function says there that it has no jvp rather than
+        # dropping the tangents.
+        recorded = (grad and torch.is_grad_enabled()) or forward_ad._current_level >= 0
+        if self.impl.inference is not None and not recorded:
             return tuple(self.impl.inference(dict(zip(self.names, args, strict=True))))
         options = {self.names[i]: args[i] for i in self.option_index}
         return _Eager.apply(self, options, *tensors)

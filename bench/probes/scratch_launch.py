@@ -100,7 +100,6 @@ def main():
                     f"(host {dh:.3f}) | ratio {dw / tw:.3f}",
                     flush=True,
                 )
-    _route("direct")
 
 
 def profile():
@@ -129,4 +128,7 @@ def profile():
 
 
 if __name__ == "__main__":
-    profile() if sys.argv[1:] == ["profile"] else main()
+    try:
+        profile() if sys.argv[1:] == ["profile"] else main()
+    finally:
+        _route("direct")  # the launch route as the library has it

@@ -179,13 +179,13 @@ class _Replay:
         *("scratch", "post"),
     )
 
-    def __init__(self, runner, tail, tensors, outputs, signature, direct, grid, entry):
+    def __init__(self, runner, tail, tensors, outputs, signature, grid, entry):
         self.runner = runner
         self.tail = tail
         self.tensors = tensors  # positions of the plan's input tensors in the arguments
         self.outputs = outputs  # positions of the outputs
         self.signature = signature
-        self.direct = direct  # the C launch entry, or None
+        self.direct = entry.launch  # the C launch entry, or None
         self.grid = grid
         # The C entry's arguments between the stream and the global scratch,
         # then those between the scratch and the kernel's own (see DirectEntry).
@@ -216,10 +216,14 @@ class _Replay:
         for i in self.outputs:
             ptrs[i] = args[i].data_ptr()
         handle = stream()
-        # The scratch object (a tensor) lives until the launch is queued; a
-        # stream-ordered allocator then reuses it only after the kernel.
+        # The scratch buffer lives until the launch is queued; a
+        # stream-ordered allocator then reuses it only after the kernel.  Its
+        # address goes as an int (an object would be queried for its
+        # pointer's attributes on every launch).
         scratch = self.global_scratch(handle)
-        self.direct(*self.grid, handle, *self.head, scratch, *self.post, *ptrs, *self.tail)
+        address = None if scratch is None else scratch.data_ptr()
+        self.direct(*self.grid, handle, *self.head, address, *self.post, *ptrs, *self.tail)
+        del scratch
         return True
 
 
@@ -279,7 +283,7 @@ def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Repla
     outputs = tuple(range(n_in, len(args)))
     entry = _direct_entry(compiled)
     signature = _inspect(args, tensors)[0]
-    return _Replay(compiled[grid], tail, tensors, outputs, signature, entry.launch, grid, entry)
+    return _Replay(compiled[grid], tail, tensors, outputs, signature, grid, entry)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ def _replay(direct, scratch_size=0):
         tensors=tensors,
         outputs=(4,),
         signature=core_launch._inspect(args, tensors)[0],
-        direct=launch,
         grid=(3, 2, 1),
         entry=core_launch.DirectEntry(
             launch, ("fn", "head"), ("post",), scratch_size, 128 if scratch_size else 0
@@ -60,7 +59,7 @@ def test_direct_route_gives_global_scratch(monkeypatch):
 
     def allocator(size, align, stream):
         asked.append((size, align, stream))
-        return f"scratch {len(asked)}"
+        return FakeTensor(100 * len(asked))
 
     replay, args, calls = _replay(direct=True, scratch_size=256)
     token = _allocation._allocator.set(allocator)
@@ -70,7 +69,8 @@ def test_direct_route_gives_global_scratch(monkeypatch):
     finally:
         _allocation._allocator.reset(token)
     assert asked == [(6 * 256, 128, 99)] * 2
-    assert [c[4:8] for c in calls["direct"]] == [("fn", "head", f"scratch {i}", "post") for i in (1, 2)]
+    # Its address as an int: Triton queries an object's pointer every launch.
+    assert [c[4:8] for c in calls["direct"]] == [("fn", "head", 100 * i, "post") for i in (1, 2)]
 
 
 def test_runner_route_without_a_stream_or_with_hooks(monkeypatch):
@@ -90,3 +90,42 @@ def test_steps_aside_for_another_specialisation():
     assert calls == {"runner": [], "direct": []}
     # Only the inputs are checked: the outputs are the binding's own allocations.
     assert replay.run([*args[:4], FakeTensor(1026)], stream=None)
+
+
+class GluonJITFunction:
+    """Stands in for Triton's Gluon kernel class (matched by name, as Triton's
+    own JITFunction is): its parameter names and defaults."""
+
+    def __init__(self, names, defaults):
+        self.arg_names = names
+        self.params = [
+            SimpleNamespace(name=n, has_default=n in defaults, default=defaults.get(n)) for n in names
+        ]
+
+
+class Compiled:
+    """A compiled kernel as _make_replay reads it (no known launcher: the
+    replay then takes the runner)."""
+
+    packed_metadata = "meta"
+    run = SimpleNamespace(profile_scratch_size=0, num_ctas=2)  # two CTAs: not the direct route
+
+    def __getitem__(self, grid):
+        return ("runner for", grid)
+
+
+def test_replay_fills_constexprs_the_plan_leaves_to_the_kernel():
+    """A constexpr the plan does not set takes the kernel's default, as
+    Triton's binder gives it (the Gluon forward's PINGPONG); one without a
+    default means no replay (Triton's own path then)."""
+    x = FakeTensor(4096)
+    kernel = GluonJITFunction(["x", "n", "out", "BM", "PINGPONG"], {"PINGPONG": False})
+    plan = core_launch.LaunchPlan(
+        kernel=kernel, grid=(2, 1, 1), params=(core_launch.In("x"), 5),
+        outputs=(core_launch.OutputSpec((4,), "float32"),), constexprs={"BM": 64},
+    )  # fmt: skip
+    replay = core_launch._make_replay(plan, [x, 5, FakeTensor(1024)], Compiled())
+    assert replay is not None and replay.tail == (64, False)
+    assert replay.runner == ("runner for", (2, 1, 1)) and replay.direct is None
+    kernel.params[-1].has_default = False
+    assert core_launch._make_replay(plan, [x, 5, FakeTensor(1024)], Compiled()) is None

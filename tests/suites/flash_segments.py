@@ -241,7 +241,7 @@ class FlashSegmentsSuite(KernelLevelCases):
     @pytest.mark.parametrize("order", ["sorted", "unsorted", "long_documents"])
     def test_ranges_long(self, order):
         """Rows of 5000 and 7000 ids (the search's several steps, several
-        programs, the scan's two passes): 400 documents, sorted or
+        programs, a scan of several stretches): 400 documents, sorted or
         shuffled; or a few long documents, so that most programs hold one
         id (counted, not searched), with ids that only one side has (empty
         ranges before, between and after the other side's)."""

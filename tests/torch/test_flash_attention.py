@@ -239,3 +239,46 @@ def test_broadcast_bias_gradient_memory():
     assert const <= base + 8 * 2**20, (base, const)
     assert grad <= base + 1.25 * size + 8 * 2**20, (base, grad, size)
     assert grad <= 1.1 * base, (base, grad)
+
+
+def test_inference_road(monkeypatch):
+    """A call autograd does not record (grad mode off, inference mode, or no
+    input requiring grad) takes flash's inference road: outputs equal bit
+    for bit to the recorded road's and float64's, nothing requiring grad.
+    Under forward-mode AD (whose dual tensors do not require grad) it keeps
+    the recorded road, which says it has no jvp rather than dropping the
+    tangents."""
+    import importlib
+
+    import torch
+
+    fa = importlib.import_module("torch_api.flash_attention")
+    roads = []
+    real = fa._forward  # the recorded road holds its own reference; the inference road looks it up
+    monkeypatch.setattr(fa, "_forward", lambda a: roads.append("inference") or real(a))
+    case = make_case(np.random.default_rng(3), B=1, Tq=37, Tk=37, H=2, HQ=4)
+    q, k, v = (FW.array(case[n], "float32") for n in ("query", "key", "value"))
+    ids = FW.array((np.arange(37) >= 20).astype(np.int32)[None], "int32")
+
+    def call(*qkv):
+        return fa.flash_attention(*qkv, causal=True, q_segment_ids=ids, return_lse=True)
+
+    recorded = call(*(t.clone().requires_grad_(True) for t in (q, k, v)))
+    assert roads == [] and all(o.requires_grad for o in recorded)
+    want = attention_ref(**{**case, "q_segment_ids": np.asarray(ids.cpu())}, causal=True)["out"]
+    assert_close(FW.numpy(recorded[0].detach()), want, "float32")
+    with torch.no_grad():
+        off = call(*(t.clone().requires_grad_(True) for t in (q, k, v)))
+    with torch.inference_mode():
+        frozen = call(q, k, v)
+    plain = call(q, k, v)
+    assert roads == ["inference"] * 3
+    for got in (off, frozen, plain):
+        assert not any(o.requires_grad for o in got)
+        for a, b in zip(got, recorded, strict=True):
+            torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(q, torch.randn_like(q))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            call(dual, k, v)
+    assert roads == ["inference"] * 3

@@ -178,7 +178,8 @@ def test_fast_launch_gives_global_scratch_from_tritons_allocator(fast_plan, monk
 
     def allocator(size, align, stream):
         asked.append((size, align, stream))
-        return f"buffer {len(asked)}"
+        address = 1000 + len(asked)
+        return types.SimpleNamespace(data_ptr=lambda: address)
 
     fast.scratch = (6 * 256, 128)  # grid (3, 2, 1), 256 bytes a program
     token = _allocation._allocator.set(allocator)
@@ -188,7 +189,8 @@ def test_fast_launch_gives_global_scratch_from_tritons_allocator(fast_plan, monk
     finally:
         _allocation._allocator.reset(token)
     assert asked == [(1536, 128, STREAM)] * 2
-    assert [call[6:8] for call in calls] == [("buffer 1", "metadata"), ("buffer 2", "metadata")]
+    # The buffer's address, as an int (Triton queries an object's pointer).
+    assert [call[6:8] for call in calls] == [(1001, "metadata"), (1002, "metadata")]
 
 
 def test_replay_sizes_global_scratch_from_the_compiled_launcher(monkeypatch):
@@ -209,12 +211,11 @@ def test_replay_sizes_global_scratch_from_the_compiled_launcher(monkeypatch):
         ("fn", False, True),
         (None, "meta", None, None, None),
     )
-    replay = core_launch._Replay(None, (), (), (), (), entry.launch, (5, 3, 2), entry)
+    replay = core_launch._Replay(None, (), (), (), (), (5, 3, 2), entry)
+    assert replay.direct == "entry"
     assert replay.scratch == (5 * 3 * 2 * 384, 128)
     launcher.global_scratch_size = 0
-    replay = core_launch._Replay(
-        None, (), (), (), (), "entry", (5, 3, 2), core_launch._direct_entry(compiled)
-    )
+    replay = core_launch._Replay(None, (), (), (), (), (5, 3, 2), core_launch._direct_entry(compiled))
     assert replay.scratch == (0, 0) and replay.global_scratch(STREAM) is None
     launcher.profile_scratch_size = 64  # profiling scratch: Triton's own runner
     assert core_launch._direct_entry(compiled).launch is None

@@ -77,6 +77,11 @@ def test_replay_gives_the_same_bits(op, shape, monkeypatch):
         # every launch by the binding's fast path.
         assert all(r.direct is not None for r in replays)
         assert len(_launch._fast) == len(replays)
+    if shape[-1] == 128 and torch.cuda.get_device_capability() == (9, 0):
+        # The plan's Gluon kernels, which need global scratch, among them.
+        with_scratch = [r for r in replays if r.scratch[0]]
+        assert len(with_scratch) >= 2, "the Gluon forward and dQ (causal dK/dV takes Gluon from 4k)"
+        assert not direct or all(r.direct is not None for r in with_scratch)
     fast_launches = []
     real_call = _launch._Fast.__call__
 
