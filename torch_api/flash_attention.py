@@ -58,8 +58,8 @@ def _fake_forward(a):
 
 def _inference(a):
     """The outputs of a call autograd does not record: the same launches,
-    outside ``autograd.Function`` (whose bookkeeping was a sixth of a small
-    forward's host time)."""
+    outside ``autograd.Function`` (its bookkeeping and the argument checks
+    were over a third of a small no-grad call's host time)."""
     return _forward(a)[0]
 
 
