@@ -7,16 +7,21 @@ mask ``[1, 1, T, T]`` where it accepts one.  A group's implementations are
 timed in interleaved rounds, each keeping its median (``ROUNDS``).
 ``python -m bench segments``.
 
-Two ways to call (``layers``): one call at a time (each JAX call one jitted
-function, which makes the ranges of its ids), and, at ``LAYERED_LENGTHS``,
-``LAYERS`` calls chained as a model's layers are (each layer's output is
-the next one's queries, the same ids and keys throughout; one jitted
-function in JAX, the gradient of the whole chain for forward+backward),
-reported per layer.  There PyTorch reuses the ranges of the ids tensor
-across the layers and XLA makes them once (the layers' range launches are
-the same custom call on the same operand: common-subexpression elimination
-merges them; ``range_launches`` counts them in the compiled HLO), and the
-JAX dispatch cost per call is spread over the layers as in a model.
+Two ways to call (``layers``): one call at a time, and, at
+``LAYERED_LENGTHS``, ``LAYERS`` calls chained as a model's layers are
+(each layer's output is the next one's queries, the same ids and keys
+throughout; one jitted function in JAX, the gradient of the whole chain
+for forward+backward), reported per layer.  Every call (of one layer, or
+of the chain) makes the ranges of its ids, or the index arrays of its
+boundaries, once: each jitted JAX call does, and PyTorch's reuse from one
+call to the next is dropped (a model's next step brings a new ids
+tensor).  Within a chain PyTorch reuses them across the layers and XLA
+makes them once (the layers' range launches are the same custom call on
+the same operand: common-subexpression elimination merges them;
+``range_launches`` counts them in the compiled HLO), and the JAX dispatch
+cost per call is spread over the layers as in a model.  (Runs up to the
+forty-second session, docs/bench-segments-h200-direct-scratch.json
+included, let PyTorch reuse them from call to call.)
 """
 
 from __future__ import annotations
@@ -92,8 +97,14 @@ def _torch_fns(torch, torch_api, x, do, kind, lens, layers=1):
 
         return lambda: sdpa((qt, kt, vt)), lambda: torch.autograd.grad(sdpa(tl), tl, dot)
     kw = _kwargs(torch.tensor, kind, lens, dict(device="cuda", dtype=torch.int32))
+    from torch_api import _flash
 
     def fwd(q, k, v):
+        # Each call makes its index arrays once, as each jitted JAX call
+        # does and as a model's step does with its batch's new ids tensor:
+        # the arrays kept from the call before are dropped (the layers of
+        # one call still share them).
+        _flash._MADE.kept = None
         return _chain(lambda x: torch_api.flash_attention(x, k, v, causal=True, **kw), q, layers)
 
     return lambda: fwd(q, k, v), lambda: torch.autograd.grad(fwd(*leaves), leaves, do)
