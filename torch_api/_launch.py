@@ -70,18 +70,6 @@ def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _global_scratch(size: int, alignment: int, stream: int):
-    """``size`` bytes of global scratch from Triton's allocator for this
-    thread (ours unless the user set one), as Triton's launcher takes them."""
-    from triton.runtime import _allocation
-
-    allocator = _allocation._allocator.get()
-    if allocator is _allocation._NULL_ALLOCATOR:
-        _allocation.set_allocator(_scratch)
-        allocator = _scratch
-    return allocator(size, alignment, stream)
-
-
 def _ensure_scratch_allocator() -> None:
     """Give Triton an allocator for kernels that build tensor descriptors on
     the device, unless the user set one.  Triton keeps it per thread
@@ -216,7 +204,10 @@ class _Fast:
         # for each launch as Triton's launcher gives it; kept alive until
         # the launch is queued, then the caching allocator orders its reuse
         # after the kernel on this stream.
-        scratch = _global_scratch(*self.scratch, stream) if self.scratch[0] else None
+        scratch = None
+        if self.scratch[0]:
+            _ensure_scratch_allocator()  # Triton's allocator is per thread (autograd's too)
+            scratch = core_launch.global_scratch(*self.scratch, stream)
         address = None if scratch is None else scratch.data_ptr()  # an int: no pointer query
         self.call(*self.grid, stream, *self.head, address, *self.post, *args, *self.tail)
         return outputs

@@ -197,12 +197,7 @@ class _Replay:
     def global_scratch(self, stream: int) -> Any:
         """A fresh global-scratch buffer for one launch on ``stream`` (what
         Triton's launcher allocates), or None where the kernel needs none."""
-        size, align = self.scratch
-        if not size:
-            return None
-        from triton.runtime import _allocation
-
-        return _allocation._allocator.get()(size, align, stream)
+        return global_scratch(*self.scratch, stream)
 
     def run(self, args: list[Any], stream: Callable[[], int] | None) -> bool:
         """Launch on ``args`` (inputs, then outputs) if they match the
@@ -223,8 +218,18 @@ class _Replay:
         scratch = self.global_scratch(handle)
         address = None if scratch is None else scratch.data_ptr()
         self.direct(*self.grid, handle, *self.head, address, *self.post, *ptrs, *self.tail)
-        del scratch
         return True
+
+
+def global_scratch(size: int, align: int, stream: int) -> Any:
+    """``size`` bytes of global scratch aligned to ``align`` for one launch
+    on ``stream``, from the allocator set with ``triton.set_allocator`` for
+    this thread (as Triton's launcher takes it); None when ``size`` is 0."""
+    if not size:
+        return None
+    from triton.runtime import _allocation
+
+    return _allocation._allocator.get()(size, align, stream)
 
 
 def _hooks_set() -> bool:
