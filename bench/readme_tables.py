@@ -4,7 +4,7 @@ so that every figure in them can be traced to one run: the attention table
 on the H100) and the Hopper flash table (docs/bench-flash-h200-gluon-bwd.json,
 what ``python -m bench flash`` saved on the H200 with the Gluon kernels).
 
-The sentence on segment ids comes from docs/bench-segments-h200-direct-scratch.json
+The sentence on segment ids comes from docs/bench-segments-h200-fresh-ranges.json
 (``python -m bench segments`` on the H200).
 
 ``python -m bench.readme_tables`` rewrites the blocks between the README's
@@ -23,7 +23,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench-attention-h100.json"
 FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-gluon-bwd.json"
-SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-direct-scratch.json"
+SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-fresh-ranges.json"
 START, END = "<!-- speed-table: written by python -m bench.readme_tables -->", "<!-- /speed-table -->"
 FLASH_START = "<!-- flash-table: written by python -m bench.readme_tables -->"
 FLASH_END = "<!-- /flash-table -->"
