@@ -97,7 +97,7 @@ if AVAILABLE:
         return s
 
     @gluon.jit
-    def _step(j, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
+    def _step(j, base, MASK: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale, offs_m, Tk,
               CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr, turns, HALF: gl.constexpr,
               PINGPONG: gl.constexpr):  # fmt: skip
         """Key block ``j`` of one consumer group, after FlashAttention-3's
@@ -110,18 +110,21 @@ if AVAILABLE:
         every wgmma of the kernel: warning C7514).  ``PINGPONG``: the two
         groups take turns to issue their products (``turns``, one mbarrier
         each; group 0 first), so one group's softmax runs while the other's
-        products do (FlashAttention-3's inter-warpgroup schedule)."""
+        products do (FlashAttention-3's inter-warpgroup schedule).  ``base``:
+        the ring's uses before this query block's key block 0 (a persistent
+        program's earlier blocks; 0 for one block a program)."""
         k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        i = base + j
+        slot = i % STAGES
+        prev = (i - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
         if PINGPONG:
             # A fresh mbarrier counts as having completed the phase before
             # phase 0: group 0's first wait passes at once.
             mbarrier.wait(turns.index(HALF), ((j - 1) & 1) ^ (1 - HALF))
         s = warpgroup_mma(q_rows, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
         acc = warpgroup_mma(p_op, v_bufs.index(prev), acc, is_async=True)
         if PINGPONG:
             mbarrier.arrive(turns.index(1 - HALF), count=1)
@@ -138,11 +141,12 @@ if AVAILABLE:
         return acc, p_op, m_i, l_i
 
     @gluon.jit
-    def _attend(q_bar, q_rows, ring, offs_m, n_blocks, qk_scale, Tk, CAUSAL: gl.constexpr,
+    def _attend(q_bar, q_phase, q_rows, ring, base, offs_m, n_blocks, qk_scale, Tk, CAUSAL: gl.constexpr,
                 BN: gl.constexpr, D: gl.constexpr, turns, HALF: gl.constexpr,
                 PINGPONG: gl.constexpr):  # fmt: skip
         """One consumer group's rows ``offs_m`` (``q_rows``, ready once
-        ``q_bar`` completes its first phase) over ``n_blocks`` key blocks,
+        ``q_bar`` completes phase ``q_phase``) over ``n_blocks`` key blocks,
+        the ring's uses from ``base`` on (_step),
         but for the last block's ``P V``
         (:func:`_finish`): block 0's scores and probabilities (masked when
         it is the last), then _step for the others, only the last masked
@@ -156,11 +160,13 @@ if AVAILABLE:
         rows_o: gl.constexpr = gl.SliceLayout(1, o_layout)
         s_zero = gl.zeros([ROWS, BN], gl.float32, s_layout)
 
-        mbarrier.wait(q_bar, 0)
-        mbarrier.wait(k_ready.index(0), 0)
-        s = warpgroup_mma(q_rows, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        first = base % STAGES
+        mbarrier.wait(q_bar, q_phase)
+        mbarrier.wait(k_ready.index(first), (base // STAGES) & 1)
+        s = warpgroup_mma(q_rows, k_bufs.index(first).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma_wait(0, deps=(s,))
-        mbarrier.arrive(k_empty.index(0), count=1)
+        mbarrier.arrive(k_empty.index(first), count=1)
         if n_blocks == 1:
             s = _masked(s, 0, offs_m, Tk, CAUSAL, BN)
         m_i = gl.max(s, 1) * qk_scale
@@ -171,18 +177,19 @@ if AVAILABLE:
 
         # Nothing is in flight from one block to the next.
         for j in range(1, n_blocks - 1):
-            acc, p_op, m_i, l_i = _step(j, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
+            acc, p_op, m_i, l_i = _step(j, base, False, q_rows, ring, s_zero, acc, p_op, m_i, l_i, qk_scale,
                                         offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF, PINGPONG)  # fmt: skip
         if n_blocks > 1:
-            acc, p_op, m_i, l_i = _step(n_blocks - 1, True, q_rows, ring, s_zero, acc, p_op, m_i, l_i,
+            acc, p_op, m_i, l_i = _step(n_blocks - 1, base, True, q_rows, ring, s_zero, acc, p_op, m_i, l_i,
                                         qk_scale, offs_m, Tk, CAUSAL, BN, rows_o, turns, HALF,
                                         PINGPONG)  # fmt: skip
         return acc, p_op, m_i, l_i
 
     @gluon.jit
     def _finish(last, ring, acc, p_op, m_i, l_i):
-        """Key block ``last``'s ``P V``, then the rows' output ``acc / l`` and
-        ``lse`` (natural log)."""
+        """The ring's use ``last`` (the query block's last key block)'s
+        ``P V``, then the rows' output ``acc / l`` and ``lse`` (natural
+        log)."""
         k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         rows_o: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
@@ -211,8 +218,8 @@ if AVAILABLE:
         ring = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
         offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
 
-        acc, p_op, m_i, l_i = _attend(q_bar, q_rows, ring, offs_m, n_blocks, qk_scale, Tk, CAUSAL, BN, D,
-                                      turns, HALF, PINGPONG)  # fmt: skip
+        acc, p_op, m_i, l_i = _attend(q_bar, 0, q_rows, ring, 0, offs_m, n_blocks, qk_scale, Tk, CAUSAL,
+                                      BN, D, turns, HALF, PINGPONG)  # fmt: skip
         out, lse = _finish(n_blocks - 1, ring, acc, p_op, m_i, l_i)
         gl.store(LSE + lse_row + offs_m, lse, mask=offs_m < Tq)
         # These rows of Q's buffer are free (this group's products are done;
