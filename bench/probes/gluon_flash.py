@@ -14,7 +14,9 @@ cuDNN, one after another in each of three rounds (medians).
 library's (``core-pingpong`` the same with ``PINGPONG``) and any other a
 module holding a ``flash_fwd_gluon_kernel`` of the same parameters (an
 older copy, with or without ``QRANGE``/``GATE``), each checked and timed
-beside the others.
+beside the others; ``mod:NAME=value:...`` sets constexprs of its own
+(``STAGES`` among them).  A module whose name ends in ``persistent`` is
+launched one program an SM.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ SHAPES = (
     (32, 1024, 1024, 16, 16, 128, True),
     (4, 8192, 8192, 16, 16, 64, False),
     (4, 8192, 8192, 16, 16, 64, True),
+    (16, 2048, 2048, 16, 16, 64, True),
+    (1, 4096, 4096, 32, 4, 64, True),
+    (1, 4096, 4096, 32, 4, 128, True),
 )
 STAGES, MAXNREG = 3, 168  # 176 leaves too few registers for 384 threads
 MODULES = os.environ.get("GLUON_FLASH_MODULES", "core").split(",")
@@ -64,7 +69,10 @@ def _kernel(name):
     """``(kernel, extra constexprs)`` of a ``GLUON_FLASH_MODULES`` entry."""
     if name in ("core", "core-pingpong"):
         return flash_fwd_gluon.flash_fwd_gluon_kernel, {"PINGPONG": name == "core-pingpong"}
-    return importlib.import_module(name).flash_fwd_gluon_kernel, {}
+    module, *sets = name.split(":")
+    kernel = importlib.import_module(module).flash_fwd_gluon_kernel
+    kernel.probe_persistent = module.endswith("persistent")
+    return kernel, {k: int(v) for k, v in (a.split("=") for a in sets)}
 
 
 VARIANTS = tuple((name, *_kernel(name)) for name in MODULES)
@@ -79,13 +87,16 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
         torch.full_like(q, float("nan")),
         torch.full((B, HQ, Tq), float("nan"), device=q.device, dtype=torch.float32),
     )
-    extra = dict(extra or {})
+    consts = {"STAGES": STAGES, **(extra or {})}
     grid = (triton.cdiv(Tq, 128), B * HQ)
+    if getattr(kernel, "probe_persistent", False):
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+        grid = (min(grid[0] * grid[1], sms),)
     gate = ("QRANGE" in kernel.arg_names) * (q,)
     gate_flag = {"GATE": 0} if gate else {}
     kernel[grid](
         q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, STAGES=STAGES, **extra,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, **consts,
         num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return out, lse
@@ -152,6 +163,16 @@ def _time(fn, reps=20):
     return triton.testing.do_bench(fn, warmup=25, rep=reps * 10) * 1000
 
 
+def _time_or_nan(fn):
+    """_time, or NaN where the variant does not compile at the shape (a
+    variant's shared memory may not fit at the larger head dim)."""
+    try:
+        return _time(fn)
+    except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+        print(f"  ({type(exc).__name__}: {str(exc)[:120]})")
+        return float("nan")
+
+
 def timing():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -176,12 +197,12 @@ def timing():
                 return torch.nn.functional.scaled_dot_product_attention(*a, is_causal=m)
 
         fns.append(cudnn)
-        rounds = [[_time(f) for f in fns] for _ in range(3)]
+        rounds = [[_time_or_nan(f) for f in fns] for _ in range(3)]
         med = [statistics.median(r[i] for r in rounds) for i in range(len(fns))]
         flops = 4 * B * HQ * Tq * Tk * D / (2 if causal else 1)
         tf = [flops / (t * 1e-6) / 1e12 for t in med]
         cells = " | ".join(f"{t:.1f} us ({f:.0f})" for t, f in zip(med, tf, strict=True))
-        best = min(med[: len(VARIANTS)])
+        best = min((t for t in med[: len(VARIANTS)] if t == t), default=float("nan"))
         print(f"| B{B} T{Tq} H{HQ}/{H} D{D} {'causal' if causal else 'full'} | {cells} | "
               f"{med[-1] / best:.2f} | {med[-1] / med[-2]:.2f} |")  # fmt: skip
 

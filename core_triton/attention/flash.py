@@ -101,6 +101,16 @@ def set_gluon_forward(mode: str) -> None:
     replan()
 
 
+def set_gluon_persistent(on: bool) -> None:
+    """Whether the Gluon forward runs as a persistent kernel where no gated
+    pair needs its gate (flash_fwd_gluon_persistent; on by default); plans
+    made before are dropped."""
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be a bool, got {type(on).__name__}")
+    flash_tma_plans.GLUON_PERSISTENT = on
+    replan()
+
+
 def set_gluon_backward(mode: str) -> None:
     """The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon):
     "auto" (sm_90 GPUs, long sequences), "on" (every length on a GPU,

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import os
 
-from core_triton.attention import flash_bwd_dkdv_gluon, flash_bwd_dq_gluon, flash_fwd_gluon
+from core_triton.attention import (
+    flash_bwd_dkdv_gluon,
+    flash_bwd_dq_gluon,
+    flash_fwd_gluon,
+    flash_fwd_gluon_persistent,
+)
 from core_triton.attention.flash_configs import GRID_Y_MAX, program_grid, program_order
 from core_triton.attention.flash_fwd_ws import flash_fwd_ws_kernel
 from core_triton.common.launch import In, LaunchPlan, OutputSpec, TensorInfo
-from core_triton.common.runtime import cuda_capability, interpreter_requested
+from core_triton.common.runtime import cuda_capability, interpreter_requested, multiprocessor_count
 from core_triton.common.utils import cdiv, next_power_of_2
 
 
@@ -63,6 +68,24 @@ WS_MIN_LEN = 2048
 GLUON_FORWARD = os.environ.get("TWINKERNELS_FLASH_GLUON", "auto")
 GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
 GLUON_MIN_LEN = 1024
+# Where no gated pair needs its gate (GATE 0), the Gluon forward runs as a
+# persistent kernel (flash_fwd_gluon_persistent: one program an SM, the
+# next tile's Q and keys loading while one runs), unless
+# TWINKERNELS_FLASH_GLUON_PERSISTENT=0 (before import; or
+# flash.set_gluon_persistent).  Config per head dim: (BM, BN, num_warps,
+# STAGES, maxnreg, QBUFS); two Q buffers leave shared memory for two
+# stages at head dim 128.  H200, forward alone, us, one program a tile ->
+# persistent, in one process (bench.probes.gluon_flash, 43rd session, the
+# tiles dealt in alternating turns, flash_fwd_gluon_persistent._tile; SDPA
+# cuDNN in brackets): B4 H16 T8k 3705 -> 3602 full (3699), 2006 -> 1957
+# causal (2017); B8 T4k 1970 -> 1847 (1874), 1148 -> 1055 (1065); B16 T2k
+# 1104 -> 984 (970), 685 -> 597 (578); B32 T1k 649 -> 522 (509), 468 ->
+# 381 (337); B1 T4k 32:4 causal 287 -> 253.  Head dim 64 has no config yet:
+# the same kernel there ran 2468 / 1325 us at B4 T8k full / causal against
+# flash_fwd_kernel's 2670 / 1439 and cuDNN's 2410 / 1294 (its every config
+# of the plan not yet tested on the GPU).
+GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != "0"
+GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2)}
 
 # The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
 # kind of call the Gluon forward takes (gluon_backward), without an lse
@@ -109,19 +132,30 @@ def _gluon_wanted(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
 def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
     """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
     the queries' ranges or a placeholder, scale, sizes; outputs ``out,
-    lse``); ``gate_range`` as ws_forward's."""
+    lse``); ``gate_range`` as ws_forward's.  Without one, the persistent
+    kernel where GLUON_PERSISTENT has a config (one program an SM, or a
+    tile, whichever is fewer)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    bm, bn, w, stages, cap = GLUON_CONFIGS[D]
+    persistent = GLUON_PERSISTENT and gate_range is None and D in GLUON_PERSISTENT_CONFIGS
+    if persistent:
+        bm, bn, w, stages, cap, qbufs = GLUON_PERSISTENT_CONFIGS[D]
+        kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
+        grid = (min(cdiv(Tq, bm) * B * HQ, multiprocessor_count()),)
+        extra = dict(QBUFS=qbufs)
+    else:
+        bm, bn, w, stages, cap = GLUON_CONFIGS[D]
+        kernel = flash_fwd_gluon.flash_fwd_gluon_kernel
+        grid = (cdiv(Tq, bm), B * HQ)
+        extra = {}
     return LaunchPlan(
-        kernel=flash_fwd_gluon.flash_fwd_gluon_kernel,
-        grid=(cdiv(Tq, bm), B * HQ),
+        kernel=kernel,
+        grid=grid,
         params=(In("q"), In("k"), In("v"), In(gate_range or "q"), opts.scale, B, Tq, Tk),
         outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
         output_names=("out", "lse"),
-        constexprs=dict(
-            HQ=HQ, H=H, D=D, CAUSAL=opts.causal, GATE=1 if gate_range else 0, BM=bm, BN=bn, STAGES=stages
-        ),
+        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, GATE=1 if gate_range else 0, BM=bm, BN=bn)
+        | dict(STAGES=stages, **extra),
         num_warps=w,
         maxnreg=cap,
     )

@@ -646,14 +646,18 @@ def _on_sm90(monkeypatch):
         flash_bwd_dq_gluon,
         flash_bwd_plans,
         flash_fwd_gluon,
+        flash_fwd_gluon_persistent,
     )
 
     for module in (flash, flash_configs, flash_tma_plans):
         monkeypatch.setattr(module, "interpreter_requested", lambda: False)
     monkeypatch.setattr(flash_tma_plans, "cuda_capability", lambda: 90)
     monkeypatch.setattr(flash_bwd_plans, "multiprocessor_count", lambda: 132)
+    monkeypatch.setattr(flash_tma_plans, "multiprocessor_count", lambda: 132)
+    monkeypatch.setattr(flash_tma_plans, "GLUON_PERSISTENT", True)
     for module, name in (
         (flash_fwd_gluon, "flash_fwd_gluon_kernel"),
+        (flash_fwd_gluon_persistent, "flash_fwd_gluon_kernel"),
         (flash_bwd_dq_gluon, "flash_bwd_dq_gluon_kernel"),
         (flash_bwd_dkdv_gluon, "flash_bwd_dkdv_gluon_kernel"),
     ):
@@ -714,6 +718,48 @@ def test_gluon_backward_where_it_applies(monkeypatch):
         flash.replan()
         assert picked(1, 128, 128, 32, 4, 128, causal) == (True, True)  # every length, unsplit
     finally:
+        flash.replan()
+
+
+def test_gluon_forward_persistent(monkeypatch):
+    """On an sm_90 GPU the Gluon forward of plain attention (head dim 128,
+    half precision, from 1024 tokens) is the persistent kernel, one program
+    an SM (132) or a tile where there are fewer, two Q buffers and two
+    stages; a gated pair's first launch stays the kernel of one program a
+    tile (the persistent one has no gate); flash.set_gluon_persistent(False)
+    brings that one back for plain attention too."""
+    from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_persistent
+
+    try:
+        _on_sm90(monkeypatch)
+        persistent = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
+        tiled = flash_fwd_gluon.flash_fwd_gluon_kernel
+
+        def forward(B, T, HQ, H, options=None, ids=False):
+            q, kv = _info((B, T, HQ, 128), "bfloat16"), _info((B, T, H, 128), "bfloat16")
+            extra = {}
+            if ids:
+                rng = _info((B, 2 * T), "int32")
+                extra = {"q_segment_ids": _info((B, T), "int32"), "q_key_range": rng, "kv_query_range": rng}
+            return flash.plans(q, kv, kv, **extra, **(options or {}))[0].forward
+
+        for options in ({}, {"causal": True}):
+            (plan,) = forward(16, 2048, 16, 16, options)
+            assert plan.kernel is persistent and plan.grid == (132,), plan
+            c = plan.constexprs
+            assert (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"]) == (0, 2, 2, 128, 128), c
+            assert c["CAUSAL"] == bool(options), c
+        (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
+        assert plan.kernel is persistent and plan.grid == (8,), plan
+        first, rest = forward(4, 8192, 16, 16, {"causal": True}, ids=True)
+        assert first.kernel is tiled and first.constexprs["GATE"] == 1 and first.grid == (64, 64), first
+        flash.set_gluon_persistent(False)
+        (plan,) = forward(16, 2048, 16, 16)
+        assert plan.kernel is tiled and plan.grid == (16, 256) and "QBUFS" not in plan.constexprs, plan
+        with pytest.raises(TypeError, match="on must be a bool"):
+            flash.set_gluon_persistent(1)
+    finally:
+        flash.set_gluon_persistent(True)
         flash.replan()
 
 

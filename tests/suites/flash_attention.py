@@ -90,6 +90,22 @@ def gluon_forward_set(fw, mode: str):
     return _flash_setting(fw, flash.set_gluon_forward, flash_tma_plans.GLUON_FORWARD, mode)
 
 
+def gluon_persistent_set(fw, on: bool):
+    """The persistent Gluon forward's switch at ``on``, then as it was."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    return _flash_setting(fw, flash.set_gluon_persistent, flash_tma_plans.GLUON_PERSISTENT, on)
+
+
+def _gluon_forward_kernel(persistent: bool):
+    """The Gluon forward kernel of plain attention with the persistent
+    switch at ``persistent``."""
+    from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_persistent
+
+    module = flash_fwd_gluon_persistent if persistent else flash_fwd_gluon
+    return module.flash_fwd_gluon_kernel
+
+
 def gluon_backward_set(fw, mode: str):
     """The Gluon backward's switch at ``mode``, then as it was."""
     from core_triton.attention import flash, flash_tma_plans
@@ -833,37 +849,44 @@ class FlashAttentionSuite(KernelLevelCases):
         assert_close(out, attention_ref(**seen, causal=True)["out"], "bfloat16")
         pytest.fail("3 stages now compile right: measure them again (flash_tma_plans.WS_CONFIGS)")
 
+    @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "tiled"])
     @pytest.mark.parametrize("case", sorted(GLUON_CASES))
-    def test_gluon_forward(self, case, monkeypatch):
+    def test_gluon_forward(self, case, persistent, monkeypatch):
         """The Gluon forward (flash_fwd_gluon, the plan's pick on sm_90 at
         head dim 128 from 1024 queries and keys; forced on here at every
-        length) matches the float64 reference, forward and every gradient
-        (the Triton backward kernels, the Gluon backward off, take its lse;
-        test_gluon_backward the Gluon ones): partial query and key blocks
-        with several batches, Tq above and below Tk causal, grouped heads,
-        float16, one query row."""
-        from core_triton.attention import flash_fwd_gluon
-
+        length), as the persistent kernel plain attention takes
+        (flash_fwd_gluon_persistent) and as the one of one program a tile a
+        gated pair's first launch takes, matches the float64 reference,
+        forward and every gradient (the Triton backward kernels, the Gluon
+        backward off, take its lse; test_gluon_backward the Gluon ones):
+        partial query and key blocks with several batches, Tq above and
+        below Tk causal, grouped heads, float16, one query row."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         shape, options, dtype = GLUON_CASES[case]
         self._kernel_level(True)
-        with ws_forward_on(self.fw, gluon="on"), gluon_backward_set(self.fw, "off"):
-            seen = spy_launches(self.fw, monkeypatch)
+        fw = self.fw
+        with (
+            ws_forward_on(fw, gluon="on"),
+            gluon_backward_set(fw, "off"),
+            gluon_persistent_set(fw, persistent),
+        ):
+            seen = spy_launches(fw, monkeypatch)
             self._check(make_case(np.random.default_rng(28), **shape), options, dtype=dtype)
-        assert seen[0].kernel is flash_fwd_gluon.flash_fwd_gluon_kernel, seen[0].kernel
+        assert seen[0].kernel is _gluon_forward_kernel(persistent), seen[0].kernel
 
     def test_gluon_forward_where_it_applies(self):
         """On an sm_90 GPU the plan takes the Gluon forward by itself for
         plain and causal half-precision attention at head dim 128 from 1024
         queries and keys, and Triton's warp-specialised one with sinks; the
         main kernel below 1024 and at head dim 64 (plans only)."""
-        from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
+        from core_triton.attention import flash, flash_tma_plans
         from core_triton.common.launch import TensorInfo
 
         if not gluon_forward_runs():
             pytest.skip("the plan's own choice on an sm_90 GPU")
-        gluon, ws = flash_fwd_gluon.flash_fwd_gluon_kernel, flash_tma_plans.flash_fwd_ws_kernel
+        gluon = _gluon_forward_kernel(flash_tma_plans.GLUON_PERSISTENT)
+        ws = flash_tma_plans.flash_fwd_ws_kernel
         for T, D, options, sink, want in (
             (4096, 128, {"causal": True}, False, gluon),
             (8192, 128, {}, False, gluon),
@@ -894,7 +917,7 @@ class FlashAttentionSuite(KernelLevelCases):
 
         from triton import knobs
 
-        from core_triton.attention import flash, flash_fwd_gluon
+        from core_triton.attention import flash, flash_tma_plans
         from core_triton.common import compiled
         from core_triton.common.launch import TensorInfo
 
@@ -907,9 +930,12 @@ class FlashAttentionSuite(KernelLevelCases):
         rng = TensorInfo((4, 2, T), "int32", (2 * T, T, 1))  # segment_ranges' [B, 2, T]
         ranges = {"q_key_range": rng, "kv_query_range": rng} if gated else {}
         plan = flash.plans(q, q, q, q_segment_ids=ids, causal=causal, **ranges)[0].forward[0]
-        assert plan.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and plan.constexprs["GATE"] == gated
+        # Plain attention takes the persistent kernel (no PINGPONG there).
+        persistent = not gated and flash_tma_plans.GLUON_PERSISTENT
+        want = _gluon_forward_kernel(persistent)
+        assert plan.kernel is want and plan.constexprs["GATE"] == gated, plan
         dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
-        for pingpong in (False, True):
+        for pingpong in (False,) if persistent else (False, True):
             variant = dataclasses.replace(plan, constexprs={**plan.constexprs, "PINGPONG": pingpong})
             ptx = tmp_path / f"gluon-{pingpong}.ptx"
             ptx.write_text(compiled.compile_plan(variant, dtypes, 90).ptx)
@@ -925,13 +951,13 @@ class FlashAttentionSuite(KernelLevelCases):
             assert "Used 168 registers" in run.stderr and " 0 bytes spill stores" in run.stderr, run.stderr
             assert "C7514" not in run.stderr and "serialized" not in run.stderr, (pingpong, run.stderr)
 
+    @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "tiled"])
     @pytest.mark.parametrize("causal", [False, True])
-    def test_gluon_forward_batches_isolated(self, causal, monkeypatch):
-        """The Gluon forward reads each batch through its own descriptor:
-        batch 1's infinite keys and NaN values never reach batch 0, with a
-        partial key block (T 45) and with whole ones (T 128)."""
-        from core_triton.attention import flash_fwd_gluon
-
+    def test_gluon_forward_batches_isolated(self, causal, persistent, monkeypatch):
+        """The Gluon forward reads each batch within its own rows (a
+        descriptor per batch, or one over ``[B, T, ...]``): batch 1's
+        infinite keys and NaN values never reach batch 0, with a partial key
+        block (T 45) and with whole ones (T 128); both Gluon kernels."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level(True)
@@ -939,11 +965,11 @@ class FlashAttentionSuite(KernelLevelCases):
         for T in (45, 128):
             q, k, v, k_bad, v_bad = self._poisoned_batches(rng, T)
             fw = self.fw
-            with ws_forward_on(fw, gluon="on"):
+            with ws_forward_on(fw, gluon="on"), gluon_persistent_set(fw, persistent):
                 seen = spy_launches(fw, monkeypatch)
                 arrays = (fw.array(x, "bfloat16") for x in (q, k_bad, v_bad))
                 out = fw.numpy(fw.api.flash_attention(*arrays, causal=causal))
-            assert seen[0].kernel is flash_fwd_gluon.flash_fwd_gluon_kernel
+            assert seen[0].kernel is _gluon_forward_kernel(persistent)
             ref = attention_ref(q[:1], k[:1], v[:1], causal=causal)["out"]
             assert_close(out[:1], ref, "bfloat16", f"batch 0, T {T}")
 

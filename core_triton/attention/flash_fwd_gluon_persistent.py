@@ -1,0 +1,238 @@
+"""The Gluon flash forward (core_triton.attention.flash_fwd_gluon) as a
+persistent kernel: one program an SM, each taking query blocks (tiles) in
+turn, so that one tile's prologue and epilogue (its Q load, its first key
+blocks, its output store) overlap another's products instead of idling
+the SM.  The Gluon forward runs one program an SM (12 warps at 168
+registers fill the register file), so there every tile's set-up is
+exposed; at T2k causal a tile has eight key blocks on average.
+
+The producer warp runs ahead across tiles: it loads the next tile's Q into
+the other of ``QBUFS`` buffers (freed once both consumer groups stored the
+output of the tile before through it) and its K and V blocks into the same
+ring, whose uses are counted across tiles.  Tiles go (batch, head) by
+(batch, head), each one's query blocks last block first (causal: the
+heaviest first), dealt out in turns of ``num_programs`` tiles (_tile): the
+programs running together share a few heads' keys and values in L2.
+
+The descriptors are built once a program over all batches (``[B, T, HQ *
+D]``, a block ``[1, rows, D]``): rows past ``T`` of a batch read as zeros
+and are dropped from stores, as the per-batch descriptors of the kernel
+beside it do.  Same outputs and coverage as ``flash_fwd_gluon_kernel``,
+but no gated pair (``GATE`` must be 0).
+"""
+
+from core_triton.attention import flash_fwd_gluon
+from core_triton.attention.flash_common import LOG2E
+from core_triton.attention.gluon_parts import (
+    AVAILABLE,
+    fence_async_shared,
+    gl,
+    gluon,
+    key_blocks,
+    mbarrier,
+    tma,
+    wgmma_layouts,
+)
+
+if AVAILABLE:
+    # The per-tile work is the kernel's of one program a tile.
+    _attend, _finish = flash_fwd_gluon._attend, flash_fwd_gluon._finish
+
+    @gluon.jit
+    def _tile(k, first, step, n_m):
+        """Tile of program ``first``'s ``k``-th turn (of ``step`` programs),
+        and its ``(query block, grid row)``: the tiles go (batch, head) by
+        (batch, head), each row's query blocks last first (causal: the
+        heaviest), so that the programs running together share the keys
+        and values of a few heads in L2; turn ``k`` takes tiles ``k * step``
+        on, dealt to the programs forward in even turns and backward in odd
+        ones, which evens out the work each program gets (causal: its sum
+        of key blocks; dealt forward every turn, a program could take the
+        heavy end of a row each time, up to 1.4x the mean at T1k)."""
+        t = k * step + gl.where(k % 2 == 0, first, step - 1 - first)
+        return t, n_m - 1 - t % n_m, t // n_m
+
+    @gluon.jit
+    def _producer(loads, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp: each tile's Q into its buffer once both groups freed
+        it, then its K and V blocks into the ring (``loads``: descriptors,
+        buffers, barriers, the tiles)."""
+        first, n_tiles, step, n_m, Tk = loads[5]
+        used = 0
+        n = 0
+        for k in range(gl.cdiv(n_tiles, step)):
+            t, pid_m, pid_bh = _tile(k, first, step, n_m)
+            if t < n_tiles:
+                used, n = _load_tile(loads, pid_m, pid_bh, used, n, Tk, HQ, H, D, CAUSAL, BM, BN)
+
+    @gluon.jit
+    def _load_tile(loads, pid_m, pid_bh, used, n, Tk, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                   CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """The producer's loads of one tile, its ``n``-th (Q buffer ``n %
+        QBUFS``), whose key blocks are the ring's uses from ``used`` on;
+        returns the counts after it."""
+        descs, q_bufs, k_bufs, v_bufs, bars, _ = loads
+        q_desc, k_desc, v_desc = descs
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+        QBUFS: gl.constexpr = q_bufs.type.shape[0] // 2
+        b = pid_bh // HQ
+        hq = pid_bh % HQ
+        h = hq // (HQ // H)
+        m0 = pid_m * BM
+        qb = n % QBUFS
+        mbarrier.wait(q_empty.index(qb), ((n // QBUFS) & 1) ^ 1)
+        # Each group's half on its own (a slice of a buffer has no 3-D view).
+        mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
+        for half in gl.static_range(2):
+            tma.async_copy_global_to_shared(
+                q_desc, [b, m0 + half * (BM // 2), hq * D], q_ready.index(qb),
+                q_bufs.index(2 * qb + half).reshape([1, BM // 2, D]),
+            )  # fmt: skip
+        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
+        for j in range(n_blocks):
+            _fill(k_desc, [b, j * BN, h * D], k_bufs, k_ready, k_empty, used + j, BN, D)
+            _fill(v_desc, [b, j * BN, h * D], v_bufs, v_ready, v_empty, used + j, BN, D)
+        return used + n_blocks, n + 1
+
+    @gluon.jit
+    def _fill(desc, coords, bufs, ready, empty, i, BN: gl.constexpr, D: gl.constexpr):
+        """fill_slot through a 3-D descriptor: the slot seen as ``[1, BN, D]``."""
+        STAGES: gl.constexpr = bufs.type.shape[0]
+        slot = i % STAGES
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot).reshape([1, BN, D]))
+
+    @gluon.jit
+    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One warp group, rows ``HALF * BM / 2`` on of each tile: the
+        products and softmax (flash_fwd_gluon's _attend and _finish), then
+        ``lse`` and the output, stored through its rows of the tile's Q
+        buffer, which it then frees."""
+        first, n_tiles, step, n_m, Tq, Tk = shared[-1]
+        used = 0
+        n = 0
+        for k in range(gl.cdiv(n_tiles, step)):
+            t, pid_m, pid_bh = _tile(k, first, step, n_m)
+            if t < n_tiles:
+                used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN)
+
+    @gluon.jit
+    def _attend_tile(HALF: gl.constexpr, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ: gl.constexpr,
+                     D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """One consumer group's share of one tile, its ``n``-th, whose key
+        blocks are the ring's uses from ``used`` on; returns the counts
+        after it."""
+        q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, _ = shared
+        q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
+        QBUFS: gl.constexpr = q_bufs.type.shape[0] // 2
+        ROWS: gl.constexpr = BM // 2
+        dtype: gl.constexpr = q_bufs.dtype
+        rows_s: gl.constexpr = gl.SliceLayout(1, wgmma_layouts(BN, D)[0])
+        ring = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
+        b = pid_bh // HQ
+        hq = pid_bh % HQ
+        m0 = pid_m * BM
+        r0 = m0 + HALF * ROWS
+        offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
+        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
+        qb = n % QBUFS
+        q_rows = q_bufs.index(2 * qb + HALF)
+        q_phase = (n // QBUFS) & 1
+        acc, p_op, m_i, l_i = _attend(q_ready.index(qb), q_phase, q_rows, ring, used, offs_m, n_blocks,
+                                      qk_scale, Tk, CAUSAL, BN, D, q_ready, HALF, False)  # fmt: skip
+        out, lse = _finish(used + n_blocks - 1, ring, acc, p_op, m_i, l_i)
+        gl.store(LSE + pid_bh.to(gl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
+        q_rows.store(out.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, r0, hq * D], q_rows.reshape([1, ROWS, D]))
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty.index(qb), count=1)
+        return used + n_blocks, n + 1
+
+    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    def flash_fwd_gluon_kernel(
+        Q,
+        K,
+        V,
+        QRANGE,
+        scale,
+        B,
+        Tq,
+        Tk,
+        OUT,
+        LSE,
+        HQ: gl.constexpr,
+        H: gl.constexpr,
+        D: gl.constexpr,
+        CAUSAL: gl.constexpr,
+        GATE: gl.constexpr,
+        BM: gl.constexpr,
+        BN: gl.constexpr,
+        STAGES: gl.constexpr,
+        PINGPONG: gl.constexpr = False,
+        QBUFS: gl.constexpr = 2,
+    ):
+        """Grid ``(programs,)``, any number (one an SM is the plan's): the
+        ``cdiv(Tq, BM) * B * HQ`` tiles of flash_fwd_gluon_kernel's grid
+        dealt out in turn.  Its parameters, but ``GATE`` must be 0 and
+        ``PINGPONG`` False (``QRANGE`` is not read); ``QBUFS``: Q buffers,
+        so that the next tile's Q loads while this one runs."""
+        gl.static_assert(BM == BN, "the mask is applied to the last key block only")
+        gl.static_assert(GATE == 0, "no gated pair")
+        gl.static_assert(not PINGPONG, "no PINGPONG")
+        dtype: gl.constexpr = Q.dtype.element_ty
+        layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        layout3: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
+        q_desc = tma.make_tensor_descriptor(
+            Q, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // 2, D], layout3
+        )
+        o_desc = tma.make_tensor_descriptor(
+            OUT, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // 2, D], layout3
+        )
+        k_desc = tma.make_tensor_descriptor(K, [B, Tk, H * D], [Tk * H * D, H * D, 1], [1, BN, D], layout3)
+        v_desc = tma.make_tensor_descriptor(V, [B, Tk, H * D], [Tk * H * D, H * D, 1], [1, BN, D], layout3)
+
+        # Buffer 2 q + g holds group g's rows of the q-th Q buffer.
+        q_bufs = gl.allocate_shared_memory(dtype, [2 * QBUFS, BM // 2, D], layout)
+        k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
+        bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+        q_ready = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
+        q_empty = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
+        k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+        for i in gl.static_range(QBUFS):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=2)
+        for i in gl.static_range(STAGES):
+            mbarrier.init(k_ready.index(i), count=1)
+            mbarrier.init(k_empty.index(i), count=2)
+            mbarrier.init(v_ready.index(i), count=1)
+            mbarrier.init(v_empty.index(i), count=2)
+        bars = (q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
+
+        n_m = gl.cdiv(Tq, BM)
+        n_tiles = n_m * B * HQ
+        first = gl.program_id(0)
+        step = gl.num_programs(0)
+        qk_scale = scale * LOG2E
+        shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, (first, n_tiles, step, n_m, Tq, Tk))
+        loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, (first, n_tiles, step, n_m, Tk))
+        gl.warp_specialize(
+            [
+                (_consumer, (0, shared, HQ, D, CAUSAL, BM, BN)),
+                (_consumer, (1, shared, HQ, D, CAUSAL, BM, BN)),
+                (_producer, (loads, HQ, H, D, CAUSAL, BM, BN)),
+            ],
+            [4, 1],
+            [240, 24],
+        )
+
+    flash_fwd_gluon_kernel.needs_global_scratch = True
+else:  # pragma: no cover
+    flash_fwd_gluon_kernel = None
