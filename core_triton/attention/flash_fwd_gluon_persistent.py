@@ -30,6 +30,7 @@ from core_triton.attention.gluon_parts import (
     gluon,
     key_blocks,
     mbarrier,
+    ring,
     tma,
     wgmma_layouts,
 )
@@ -97,7 +98,9 @@ if AVAILABLE:
 
     @gluon.jit
     def _fill(desc, coords, bufs, ready, empty, i, BN: gl.constexpr, D: gl.constexpr):
-        """fill_slot through a 3-D descriptor: the slot seen as ``[1, BN, D]``."""
+        """gluon_parts.fill_slot through a 3-D descriptor: the slot seen as
+        ``[1, BN, D]`` (a reshape of the whole ring to 4-D crashes Triton
+        3.6's layout conversion, so the view is taken a slot at a time)."""
         STAGES: gl.constexpr = bufs.type.shape[0]
         slot = i % STAGES
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
@@ -200,15 +203,12 @@ if AVAILABLE:
         k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-        q_ready = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
-        q_empty = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
+        # Q's buffers: ready on the producer's loads, free once both groups stored through them.
+        q_ready, q_empty = ring(QBUFS)
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-        for i in gl.static_range(QBUFS):
-            mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=2)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
             mbarrier.init(k_empty.index(i), count=2)
