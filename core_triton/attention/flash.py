@@ -102,9 +102,10 @@ def set_gluon_forward(mode: str) -> None:
 
 
 def set_gluon_persistent(on: bool) -> None:
-    """Whether the Gluon forward runs as a persistent kernel where no gated
-    pair needs its gate (flash_fwd_gluon_persistent; on by default); plans
-    made before are dropped."""
+    """Whether the Gluon forward runs as a persistent kernel
+    (flash_fwd_gluon_persistent; on by default; off: the kernel of a
+    program a tile, at the head dims it takes); plans made before are
+    dropped."""
     if not isinstance(on, bool):
         raise TypeError(f"on must be a bool, got {type(on).__name__}")
     flash_tma_plans.GLUON_PERSISTENT = on

@@ -17,8 +17,8 @@ programs running together share a few heads' keys and values in L2.
 The descriptors are built once a program over all batches (``[B, T, HQ *
 D]``, a block ``[1, rows, D]``): rows past ``T`` of a batch read as zeros
 and are dropped from stores, as the per-batch descriptors of the kernel
-beside it do.  Same outputs and coverage as ``flash_fwd_gluon_kernel``,
-but no gated pair (``GATE`` must be 0).
+beside it do.  Same outputs, coverage and gate (``GATE``, a gated pair's
+first launch) as ``flash_fwd_gluon_kernel``.
 """
 
 from core_triton.attention import flash_fwd_gluon
@@ -26,6 +26,8 @@ from core_triton.attention.flash_common import LOG2E
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
     fence_async_shared,
+    gate_open,
+    gate_rows,
     gl,
     gluon,
     key_blocks,
@@ -55,24 +57,58 @@ if AVAILABLE:
 
     @gluon.jit
     def _producer(loads, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
-                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One warp: each tile's Q into its buffer once both groups freed
         it, then its K and V blocks into the ring (``loads``: descriptors,
-        buffers, barriers, the tiles)."""
-        first, n_tiles, step, n_m, Tk = loads[5]
+        buffers, barriers, the tiles).  ``GATE`` 1: only the tiles holding
+        a row whose range holds every key (gate_open), each one's number
+        written beside its Q buffer for the consumers, then -1 (_hand_on)."""
+        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids = loads[5]
         used = 0
         n = 0
         for k in range(gl.cdiv(n_tiles, step)):
             t, pid_m, pid_bh = _tile(k, first, step, n_m)
             if t < n_tiles:
-                used, n = _load_tile(loads, pid_m, pid_bh, used, n, Tk, HQ, H, D, CAUSAL, BM, BN)
+                runs = True
+                if GATE == 1:
+                    ranges = QRANGE + (pid_bh // HQ).to(gl.int64) * 2 * Tq
+                    lo, hi = gate_rows(ranges, pid_m * BM, Tq, True, BM, 1)
+                    runs = gate_open(lo, hi, Tk)
+                if runs:
+                    tile = (t, pid_m, pid_bh)
+                    used, n = _load_tile(loads, tile, used, n, Tk, HQ, H, D, CAUSAL, GATE, BM, BN)
+        if GATE == 1:
+            q_ready, q_empty = loads[4][:2]
+            QBUFS: gl.constexpr = tile_ids.type.shape[0]
+            mbarrier.wait(q_empty.index(n % QBUFS), ((n // QBUFS) & 1) ^ 1)
+            _hand_on(tile_ids, n, -1)
+            mbarrier.arrive(q_ready.index(n % QBUFS), count=1)
 
     @gluon.jit
-    def _load_tile(loads, pid_m, pid_bh, used, n, Tk, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
-                   CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
-        """The producer's loads of one tile, its ``n``-th (Q buffer ``n %
-        QBUFS``), whose key blocks are the ring's uses from ``used`` on;
-        returns the counts after it."""
+    def _hand_on(tile_ids, n, t):
+        """Write tile ``t`` as the one of the ``n``-th Q buffer's use, before
+        the producer's arrival on its ``q_ready`` (which releases it)."""
+        QBUFS: gl.constexpr = tile_ids.type.shape[0]
+        one: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        tile_ids.index(n % QBUFS).store(gl.full([1], t, gl.int32, one))
+
+    @gluon.jit
+    def _tile_handed(tile_ids, q_ready, n):
+        """A consumer's read of the tile of the ``n``-th Q buffer's use,
+        once the producer's arrival on its ``q_ready`` released it (-1: no
+        more tiles)."""
+        QBUFS: gl.constexpr = tile_ids.type.shape[0]
+        mbarrier.wait(q_ready.index(n % QBUFS), (n // QBUFS) & 1)
+        group: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        return gl.max(tile_ids.index(n % QBUFS).load(group), 0)
+
+    @gluon.jit
+    def _load_tile(loads, tile, used, n, Tk, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                   CAUSAL: gl.constexpr, GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+        """The producer's loads of one tile (``t, pid_m, pid_bh``: _tile's),
+        its ``n``-th (Q buffer ``n % QBUFS``), whose key blocks are the
+        ring's uses from ``used`` on; returns the counts after it."""
+        t, pid_m, pid_bh = tile
         descs, q_bufs, k_bufs, v_bufs, bars, _ = loads
         q_desc, k_desc, v_desc = descs
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
@@ -83,6 +119,8 @@ if AVAILABLE:
         m0 = pid_m * BM
         qb = n % QBUFS
         mbarrier.wait(q_empty.index(qb), ((n // QBUFS) & 1) ^ 1)
+        if GATE == 1:
+            _hand_on(loads[5][-1], n, t)
         # Each group's half on its own (a slice of a buffer has no 3-D view).
         mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
         for half in gl.static_range(2):
@@ -109,18 +147,29 @@ if AVAILABLE:
 
     @gluon.jit
     def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
-                  BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
         """One warp group, rows ``HALF * BM / 2`` on of each tile: the
         products and softmax (flash_fwd_gluon's _attend and _finish), then
         ``lse`` and the output, stored through its rows of the tile's Q
-        buffer, which it then frees."""
-        first, n_tiles, step, n_m, Tq, Tk = shared[-1]
+        buffer, which it then frees.  ``GATE`` 1: the tiles the producer
+        hands on (only it reads the ranges)."""
+        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids = shared[-1]
         used = 0
         n = 0
-        for k in range(gl.cdiv(n_tiles, step)):
-            t, pid_m, pid_bh = _tile(k, first, step, n_m)
-            if t < n_tiles:
-                used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN)
+        if GATE == 1:
+            # The producer's tiles, as it hands them on.
+            q_ready = shared[3][0]
+            t = _tile_handed(tile_ids, q_ready, n)
+            while t >= 0:
+                pid_m = n_m - 1 - t % n_m
+                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN)
+                t = _tile_handed(tile_ids, q_ready, n)
+        else:
+            for k in range(gl.cdiv(n_tiles, step)):
+                t, pid_m, pid_bh = _tile(k, first, step, n_m)
+                if t < n_tiles:
+                    used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL,
+                                           BM, BN)  # fmt: skip
 
     @gluon.jit
     def _attend_tile(HALF: gl.constexpr, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ: gl.constexpr,
@@ -180,11 +229,12 @@ if AVAILABLE:
     ):
         """Grid ``(programs,)``, any number (one an SM is the plan's): the
         ``cdiv(Tq, BM) * B * HQ`` tiles of flash_fwd_gluon_kernel's grid
-        dealt out in turn.  Its parameters, but ``GATE`` must be 0 and
-        ``PINGPONG`` False (``QRANGE`` is not read); ``QBUFS``: Q buffers,
-        so that the next tile's Q loads while this one runs."""
+        dealt out in turn.  Its parameters, ``GATE`` 1 included (a gated
+        pair's first launch: the tiles without a row whose segment holds
+        every key are skipped, by producer and consumers alike), but
+        ``PINGPONG`` must be False; ``QBUFS``: Q buffers, so that the next
+        tile's Q loads while this one runs."""
         gl.static_assert(BM == BN, "the mask is applied to the last key block only")
-        gl.static_assert(GATE == 0, "no gated pair")
         gl.static_assert(not PINGPONG, "no PINGPONG")
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
@@ -221,13 +271,19 @@ if AVAILABLE:
         first = gl.program_id(0)
         step = gl.num_programs(0)
         qk_scale = scale * LOG2E
-        shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, (first, n_tiles, step, n_m, Tq, Tk))
-        loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, (first, n_tiles, step, n_m, Tk))
+        if GATE == 1:
+            # Beside each Q buffer, the number of the tile it holds.
+            tile_ids = gl.allocate_shared_memory(gl.int32, [QBUFS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        else:
+            tile_ids = q_ready  # unused
+        tiles = (first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids)
+        shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, tiles)
+        loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, tiles)
         gl.warp_specialize(
             [
-                (_consumer, (0, shared, HQ, D, CAUSAL, BM, BN)),
-                (_consumer, (1, shared, HQ, D, CAUSAL, BM, BN)),
-                (_producer, (loads, HQ, H, D, CAUSAL, BM, BN)),
+                (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN)),
+                (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN)),
+                (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN)),
             ],
             [4, 1],
             [240, 24],

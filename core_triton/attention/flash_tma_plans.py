@@ -68,9 +68,10 @@ WS_MIN_LEN = 2048
 GLUON_FORWARD = os.environ.get("TWINKERNELS_FLASH_GLUON", "auto")
 GLUON_CONFIGS = {128: (128, 128, 4, 3, 168)}
 GLUON_MIN_LEN = 1024
-# Where no gated pair needs its gate (GATE 0), the Gluon forward runs as a
-# persistent kernel (flash_fwd_gluon_persistent: one program an SM, the
-# next tile's Q and keys loading while one runs), unless
+# The Gluon forward runs as a persistent kernel (flash_fwd_gluon_persistent:
+# one program an SM, the next tile's Q and keys loading while one runs; a
+# gated pair's first launch too, its producer handing on the tiles it
+# runs), unless
 # TWINKERNELS_FLASH_GLUON_PERSISTENT=0 (before import; or
 # flash.set_gluon_persistent).  Config per head dim: (BM, BN, num_warps,
 # STAGES, maxnreg, QBUFS); two Q buffers leave shared memory for two
@@ -80,12 +81,12 @@ GLUON_MIN_LEN = 1024
 # cuDNN in brackets): B4 H16 T8k 3705 -> 3602 full (3699), 2006 -> 1957
 # causal (2017); B8 T4k 1970 -> 1847 (1874), 1148 -> 1055 (1065); B16 T2k
 # 1104 -> 984 (970), 685 -> 597 (578); B32 T1k 649 -> 522 (509), 468 ->
-# 381 (337); B1 T4k 32:4 causal 287 -> 253.  Head dim 64 has no config yet:
-# the same kernel there ran 2468 / 1325 us at B4 T8k full / causal against
-# flash_fwd_kernel's 2670 / 1439 and cuDNN's 2410 / 1294 (its every config
-# of the plan not yet tested on the GPU).
+# 381 (337); B1 T4k 32:4 causal 287 -> 253.  Head dim 64 (which the kernel
+# of a program a tile does not take: it ran no faster than
+# flash_fwd_kernel): 2468 / 1325 us at B4 T8k full / causal against
+# flash_fwd_kernel's 2670 / 1439 and cuDNN's 2410 / 1294 (43rd session).
 GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != "0"
-GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2)}
+GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 168, 2)}
 
 # The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
 # kind of call the Gluon forward takes (gluon_backward), without an lse
@@ -132,12 +133,12 @@ def _gluon_wanted(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
 def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
     """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
     the queries' ranges or a placeholder, scale, sizes; outputs ``out,
-    lse``); ``gate_range`` as ws_forward's.  Without one, the persistent
-    kernel where GLUON_PERSISTENT has a config (one program an SM, or a
-    tile, whichever is fewer)."""
+    lse``); ``gate_range`` as ws_forward's.  The persistent kernel where
+    GLUON_PERSISTENT has a config (one program an SM, or a tile, whichever
+    is fewer), else a program a tile."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    persistent = GLUON_PERSISTENT and gate_range is None and D in GLUON_PERSISTENT_CONFIGS
+    persistent = _persistent(D)
     if persistent:
         bm, bn, w, stages, cap, qbufs = GLUON_PERSISTENT_CONFIGS[D]
         kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
@@ -161,9 +162,14 @@ def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
     )
 
 
+def _persistent(D: int) -> bool:
+    """Whether the Gluon forward runs persistent at head dim ``D``."""
+    return GLUON_PERSISTENT and D in GLUON_PERSISTENT_CONFIGS
+
+
 def _applies(q, k, v, opts, plain, out_dtype) -> bool:
-    """What the descriptor kernel takes (core_triton.attention.flash_fwd_ws),
-    at the head dims WS_CONFIGS has tiles for."""
+    """What the warp-specialised kernels take (core_triton.attention.
+    flash_fwd_ws, flash_fwd_gluon; each has its own head dims)."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     return (
@@ -176,7 +182,6 @@ def _applies(q, k, v, opts, plain, out_dtype) -> bool:
         and q.dtype == k.dtype == v.dtype
         and (out_dtype or q.dtype) == q.dtype
         and D == v.shape[3]
-        and D in WS_CONFIGS
         and Tq >= 1
         and Tk >= 1
         and all(_row_major(t) for t in (q, k, v))
@@ -200,9 +205,10 @@ def ws_forward(
     if not _applies(q, k, v, opts, plain, out_dtype):
         return None
     gluon = _gluon_wanted(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
-    if gluon and sink is None and D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX:
+    tiled = D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX
+    if gluon and sink is None and (_persistent(D) or tiled):
         return _gluon_forward(q, k, v, opts, gate_range)
-    if not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
+    if D not in WS_CONFIGS or not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
         return None
     bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
     if B > 1 and Tk % bn:

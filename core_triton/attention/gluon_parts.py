@@ -63,17 +63,30 @@ if AVAILABLE:
         )
 
     @gluon.jit
-    def gated_block(RANGE, start, T, T_other, BLOCK: gl.constexpr):
-        """Whether rows ``start .. start + BLOCK`` of a side of length ``T``
-        hold a row whose range in ``RANGE [2 T]`` (segment_ranges' format)
+    def gate_rows(RANGE, start, T, ok, BLOCK: gl.constexpr, WARPS: gl.constexpr = 4):
+        """``(lo, hi)`` of rows ``start .. start + BLOCK`` of a side of length
+        ``T`` in ``RANGE [2 T]`` (segment_ranges' format), over ``WARPS``
+        warps (the partition's); none is read where ``ok`` is false (a tile
+        past the last: ``RANGE`` may then point past the ranges)."""
+        offs = start + gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
+        valid = (offs < T) & ok
+        lo = gl.load(RANGE + offs, mask=valid, other=-1)
+        hi = gl.load(RANGE + T + offs, mask=valid, other=0)
+        return lo, hi
+
+    @gluon.jit
+    def gate_open(lo, hi, T_other):
+        """Whether the rows of gate_rows' ``(lo, hi)`` hold one whose range
         is exact and holds the whole other side ``[0, T_other)``
         (flash_common.gated_rows, kind 1): the blocks a gated pair's first
         launch runs (flash.gated_pair)."""
-        offs = start + gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [4], [0]))
-        valid = offs < T
-        lo = gl.load(RANGE + offs, mask=valid, other=-1)
-        hi = gl.load(RANGE + T + offs, mask=valid, other=0)
         return gl.max(((lo == 0) & (hi >= T_other)).to(gl.int32), 0) > 0
+
+    @gluon.jit
+    def gated_block(RANGE, start, T, T_other, BLOCK: gl.constexpr):
+        """gate_open of rows ``start .. start + BLOCK`` (4 warps)."""
+        lo, hi = gate_rows(RANGE, start, T, True, BLOCK)
+        return gate_open(lo, hi, T_other)
 
     @gluon.jit
     def ring(STAGES: gl.constexpr):
@@ -121,4 +134,5 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot))
 else:  # pragma: no cover - depends on the installed Triton
     batch_rows = ring = fill_slot = wgmma_layouts = key_blocks = grad_inputs = gated_block = None
+    gate_rows = gate_open = None
     own_rows_and_ring = None

@@ -1,5 +1,7 @@
 """Launch plans: grids sized from shapes alone, every slot accounted for."""
 
+import itertools
+
 import pytest
 
 from core_triton import TensorInfo, cdiv
@@ -722,12 +724,12 @@ def test_gluon_backward_where_it_applies(monkeypatch):
 
 
 def test_gluon_forward_persistent(monkeypatch):
-    """On an sm_90 GPU the Gluon forward of plain attention (head dim 128,
-    half precision, from 1024 tokens) is the persistent kernel, one program
-    an SM (132) or a tile where there are fewer, two Q buffers and two
-    stages; a gated pair's first launch stays the kernel of one program a
-    tile (the persistent one has no gate); flash.set_gluon_persistent(False)
-    brings that one back for plain attention too."""
+    """On an sm_90 GPU the Gluon forward of plain attention (head dims 128
+    and 64, half precision, from 1024 tokens) is the persistent kernel, one
+    program an SM (132) or a tile where there are fewer, two Q buffers and
+    two stages, and so is a gated pair's first launch (GATE 1);
+    flash.set_gluon_persistent(False) brings back the kernel of one program
+    a tile at head dim 128, and flash_fwd_kernel at 64 (no Gluon there)."""
     from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_persistent
 
     try:
@@ -735,27 +737,33 @@ def test_gluon_forward_persistent(monkeypatch):
         persistent = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
         tiled = flash_fwd_gluon.flash_fwd_gluon_kernel
 
-        def forward(B, T, HQ, H, options=None, ids=False):
-            q, kv = _info((B, T, HQ, 128), "bfloat16"), _info((B, T, H, 128), "bfloat16")
+        def forward(B, T, HQ, H, options=None, ids=False, D=128):
+            q, kv = _info((B, T, HQ, D), "bfloat16"), _info((B, T, H, D), "bfloat16")
             extra = {}
             if ids:
                 rng = _info((B, 2 * T), "int32")
                 extra = {"q_segment_ids": _info((B, T), "int32"), "q_key_range": rng, "kv_query_range": rng}
             return flash.plans(q, kv, kv, **extra, **(options or {}))[0].forward
 
-        for options in ({}, {"causal": True}):
-            (plan,) = forward(16, 2048, 16, 16, options)
+        for D, options in itertools.product((128, 64), ({}, {"causal": True})):
+            (plan,) = forward(16, 2048, 16, 16, options, D=D)
             assert plan.kernel is persistent and plan.grid == (132,), plan
             c = plan.constexprs
-            assert (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"]) == (0, 2, 2, 128, 128), c
-            assert c["CAUSAL"] == bool(options), c
+            assert (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"], c["D"]) == (0, 2, 2, 128, 128, D), c
+            assert c["CAUSAL"] == bool(options) and plan.maxnreg == 168, (c, plan.maxnreg)
+            first, rest = forward(4, 8192, 16, 16, options, ids=True, D=D)
+            assert first.kernel is persistent and first.grid == (132,), first
+            assert first.constexprs["GATE"] == 1, first
+            assert first.params[3].name == "q_key_range" and rest.constexprs["GATE"] == 2, (first, rest)
         (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
         assert plan.kernel is persistent and plan.grid == (8,), plan
-        first, rest = forward(4, 8192, 16, 16, {"causal": True}, ids=True)
-        assert first.kernel is tiled and first.constexprs["GATE"] == 1 and first.grid == (64, 64), first
         flash.set_gluon_persistent(False)
         (plan,) = forward(16, 2048, 16, 16)
         assert plan.kernel is tiled and plan.grid == (16, 256) and "QBUFS" not in plan.constexprs, plan
+        first, rest = forward(4, 8192, 16, 16, {"causal": True}, ids=True)
+        assert first.kernel is tiled and first.constexprs["GATE"] == 1 and first.grid == (64, 64), first
+        (plan,) = forward(16, 2048, 16, 16, D=64)
+        assert plan.kernel not in (tiled, persistent), plan
         with pytest.raises(TypeError, match="on must be a bool"):
             flash.set_gluon_persistent(1)
     finally:

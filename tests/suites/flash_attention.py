@@ -97,7 +97,7 @@ def gluon_persistent_set(fw, on: bool):
     return _flash_setting(fw, flash.set_gluon_persistent, flash_tma_plans.GLUON_PERSISTENT, on)
 
 
-def _gluon_forward_kernel(persistent: bool):
+def gluon_forward_kernel(persistent: bool):
     """The Gluon forward kernel of plain attention with the persistent
     switch at ``persistent``."""
     from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_persistent
@@ -323,6 +323,23 @@ GLUON_CASES = {
     "t4096_causal_gqa8": ({"Tq": 4096, "Tk": 4096, "HQ": 8, "H": 1, "D": 128}, {"causal": True}, "bfloat16"),
     "t4100_4097_full_f16": ({"Tq": 4100, "Tk": 4097, "HQ": 2, "H": 2, "D": 128}, {}, "float16"),
 }
+# Head dim 64 has the persistent kernel only (flash_tma_plans.GLUON_PERSISTENT_CONFIGS).
+GLUON_D64_CASES = {
+    "d64_full_b2_partial_blocks": ({"B": 2, "Tq": 1000, "Tk": 777, "D": 64}, {}, "bfloat16"),
+    "d64_causal_tq_gt_tk_gqa": (
+        {"B": 2, "Tq": 1000, "Tk": 300, "HQ": 4, "H": 2, "D": 64},
+        {"causal": True},
+        "bfloat16",
+    ),
+    "d64_t4096_causal_gqa8": (
+        {"Tq": 4096, "Tk": 4096, "HQ": 8, "H": 1, "D": 64},
+        {"causal": True},
+        "bfloat16",
+    ),
+    "d64_t2050_full_f16": ({"Tq": 2050, "Tk": 2049, "HQ": 2, "H": 2, "D": 64}, {}, "float16"),
+}
+GLUON_FORWARD_RUNS = [(case, True) for case in sorted({**GLUON_CASES, **GLUON_D64_CASES})]
+GLUON_FORWARD_RUNS += [(case, False) for case in sorted(GLUON_CASES)]
 
 
 # The warp-specialised forward (flash_fwd_ws; head dim 128): shape, options,
@@ -849,21 +866,24 @@ class FlashAttentionSuite(KernelLevelCases):
         assert_close(out, attention_ref(**seen, causal=True)["out"], "bfloat16")
         pytest.fail("3 stages now compile right: measure them again (flash_tma_plans.WS_CONFIGS)")
 
-    @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "tiled"])
-    @pytest.mark.parametrize("case", sorted(GLUON_CASES))
+    @pytest.mark.parametrize(
+        ("case", "persistent"),
+        GLUON_FORWARD_RUNS,
+        ids=[f"{case}-{'persistent' if on else 'tiled'}" for case, on in GLUON_FORWARD_RUNS],
+    )
     def test_gluon_forward(self, case, persistent, monkeypatch):
-        """The Gluon forward (flash_fwd_gluon, the plan's pick on sm_90 at
-        head dim 128 from 1024 queries and keys; forced on here at every
-        length), as the persistent kernel plain attention takes
-        (flash_fwd_gluon_persistent) and as the one of one program a tile a
-        gated pair's first launch takes, matches the float64 reference,
-        forward and every gradient (the Triton backward kernels, the Gluon
-        backward off, take its lse; test_gluon_backward the Gluon ones):
-        partial query and key blocks with several batches, Tq above and
-        below Tk causal, grouped heads, float16, one query row."""
+        """The Gluon forward (the plan's pick on sm_90 at head dims 128 and
+        64 from 1024 queries and keys; forced on here at every length), as
+        the persistent kernel the plan takes (flash_fwd_gluon_persistent)
+        and as the one of one program a tile (flash_fwd_gluon, head dim 128
+        only, where the persistent switch is off), matches the float64
+        reference, forward and every gradient (the Triton backward kernels,
+        the Gluon backward off, take its lse; test_gluon_backward the Gluon
+        ones): partial query and key blocks with several batches, Tq above
+        and below Tk causal, grouped heads, float16, one query row."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
-        shape, options, dtype = GLUON_CASES[case]
+        shape, options, dtype = {**GLUON_CASES, **GLUON_D64_CASES}[case]
         self._kernel_level(True)
         fw = self.fw
         with (
@@ -873,19 +893,22 @@ class FlashAttentionSuite(KernelLevelCases):
         ):
             seen = spy_launches(fw, monkeypatch)
             self._check(make_case(np.random.default_rng(28), **shape), options, dtype=dtype)
-        assert seen[0].kernel is _gluon_forward_kernel(persistent), seen[0].kernel
+        assert seen[0].kernel is gluon_forward_kernel(persistent), seen[0].kernel
 
     def test_gluon_forward_where_it_applies(self):
         """On an sm_90 GPU the plan takes the Gluon forward by itself for
-        plain and causal half-precision attention at head dim 128 from 1024
-        queries and keys, and Triton's warp-specialised one with sinks; the
-        main kernel below 1024 and at head dim 64 (plans only)."""
+        plain and causal half-precision attention at head dims 128 and 64
+        (64: the persistent kernel only) from 1024 queries and keys, and
+        Triton's warp-specialised one with sinks at 128; the main kernel
+        below 1024, with sinks at 64, and at 64 with the persistent switch
+        off (plans only)."""
         from core_triton.attention import flash, flash_tma_plans
         from core_triton.common.launch import TensorInfo
 
         if not gluon_forward_runs():
             pytest.skip("the plan's own choice on an sm_90 GPU")
-        gluon = _gluon_forward_kernel(flash_tma_plans.GLUON_PERSISTENT)
+        persistent = flash_tma_plans.GLUON_PERSISTENT
+        gluon = gluon_forward_kernel(persistent)
         ws = flash_tma_plans.flash_fwd_ws_kernel
         for T, D, options, sink, want in (
             (4096, 128, {"causal": True}, False, gluon),
@@ -894,7 +917,9 @@ class FlashAttentionSuite(KernelLevelCases):
             (2048, 128, {"causal": True}, False, gluon),
             (1024, 128, {"causal": True}, False, gluon),
             (512, 128, {"causal": True}, False, None),
-            (8192, 64, {}, False, None),
+            (8192, 64, {}, False, gluon if persistent else None),
+            (4096, 64, {"causal": True}, False, gluon if persistent else None),
+            (4096, 64, {"causal": True}, True, None),
         ):
             q = TensorInfo((2, T, 4, D), "bfloat16", (T * 4 * D, 4 * D, D, 1))
             kv = TensorInfo((2, T, 2, D), "bfloat16", (T * 2 * D, 2 * D, D, 1))
@@ -902,16 +927,18 @@ class FlashAttentionSuite(KernelLevelCases):
             planned = flash.plans(q, kv, kv, softmax_aux=aux, **options)[0].forward[0].kernel
             assert planned is want if want is not None else planned not in (gluon, ws), (T, D, options, sink)
 
+    @pytest.mark.parametrize("D", [128, 64])
     @pytest.mark.parametrize("causal", [False, True])
     @pytest.mark.parametrize("gated", [False, True])
-    def test_gluon_forward_wgmma_pipelined(self, gated, causal, tmp_path):
+    def test_gluon_forward_wgmma_pipelined(self, gated, causal, D, tmp_path):
         """ptxas keeps the Gluon forward's wgmma asynchronous: no warning
         C7514, which it gives where a non-wgmma instruction may read an
         in-flight accumulator and then serialises every wgmma of the kernel
         (an accumulator left in flight across the loop's back edge did
-        that: the forward ran 12% slower).  The plan's kernel at B4 H16 T8k
-        D128, full and causal, plain and as a gated pair's first launch,
-        compiled for sm_90a as the GPU runs it, and with ``PINGPONG``."""
+        that: the forward ran 12% slower), and spills nothing.  The plan's
+        kernel at B4 H16 T8k, head dims 128 and 64, full and causal, plain
+        and as a gated pair's first launch, compiled for sm_90a as the GPU
+        runs it, and with ``PINGPONG`` (the kernel of a program a tile)."""
         import dataclasses
         import subprocess
 
@@ -924,15 +951,17 @@ class FlashAttentionSuite(KernelLevelCases):
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level()
-        T, HQ, D = 8192, 16, 128
+        T, HQ = 8192, 16
         q = TensorInfo((4, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
         ids = TensorInfo((4, T), "int32", (T, 1)) if gated else None
         rng = TensorInfo((4, 2, T), "int32", (2 * T, T, 1))  # segment_ranges' [B, 2, T]
         ranges = {"q_key_range": rng, "kv_query_range": rng} if gated else {}
         plan = flash.plans(q, q, q, q_segment_ids=ids, causal=causal, **ranges)[0].forward[0]
-        # Plain attention takes the persistent kernel (no PINGPONG there).
-        persistent = not gated and flash_tma_plans.GLUON_PERSISTENT
-        want = _gluon_forward_kernel(persistent)
+        # The persistent kernel has no PINGPONG.
+        persistent = flash_tma_plans.GLUON_PERSISTENT
+        if not persistent and D not in flash_tma_plans.GLUON_CONFIGS:
+            pytest.skip("no Gluon forward of a program a tile at this head dim")
+        want = gluon_forward_kernel(persistent)
         assert plan.kernel is want and plan.constexprs["GATE"] == gated, plan
         dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
         for pingpong in (False,) if persistent else (False, True):
@@ -969,7 +998,7 @@ class FlashAttentionSuite(KernelLevelCases):
                 seen = spy_launches(fw, monkeypatch)
                 arrays = (fw.array(x, "bfloat16") for x in (q, k_bad, v_bad))
                 out = fw.numpy(fw.api.flash_attention(*arrays, causal=causal))
-            assert seen[0].kernel is _gluon_forward_kernel(persistent)
+            assert seen[0].kernel is gluon_forward_kernel(persistent)
             ref = attention_ref(q[:1], k[:1], v[:1], causal=causal)["out"]
             assert_close(out[:1], ref, "bfloat16", f"batch 0, T {T}")
 

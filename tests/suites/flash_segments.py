@@ -27,12 +27,24 @@ from tests.suites.flash_attention import (
     FlashAttentionSuite,
     dkdv_splits_set,
     gluon_backward_set,
+    gluon_forward_kernel,
     gluon_forward_runs,
+    gluon_persistent_set,
     make_case,
     spy_launches,
     ws_forward_on,
 )
 from tests.suites.kernel_level import KernelLevelCases
+
+# Gated pairs through the Gluon kernels: one segment, a batch row of one
+# segment beside one of documents, whole rows beside rows that see nothing,
+# and "long" (2200 tokens a row, one segment beside three documents).
+GLUON_SEGMENT_CASES = [
+    "one_segment_causal",
+    "batch_rows_one_segment_and_docs",
+    "cross_whole_rows_beside_empty",
+    "long",
+]
 
 
 def sorted_ids(lengths, first=0, gaps=(1,)):
@@ -286,37 +298,46 @@ class FlashSegmentsSuite(KernelLevelCases):
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_tma_plans.flash_fwd_ws_kernel and first.constexprs["GATE"] == 1, first
 
-    @pytest.mark.parametrize(
-        "name", ["one_segment_causal", "batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"]
-    )
-    def test_segments_gluon_forward(self, name, monkeypatch):
+    @pytest.mark.parametrize(("kernel", "D"), [("persistent", 128), ("persistent", 64), ("tiled", 128)])
+    @pytest.mark.parametrize("name", GLUON_SEGMENT_CASES)
+    def test_segments_gluon_forward(self, name, kernel, D, monkeypatch):
         """The Gluon forward as a gated pair's first launch (the plan's pick
-        on sm_90 at head dim 128 from 2048 tokens; forced on here at every
-        length): its blocks without a row that sees every key return at
-        once, the ranged kernel writes those rows; one segment, a batch row
-        of one segment beside one of documents, whole rows beside rows that
-        see nothing.  bf16, head dim 128, forward and every gradient
-        against float64."""
-        from core_triton.attention import flash_fwd_gluon
-
+        on sm_90 from 1024 tokens; forced on here at every length), the
+        persistent kernel (head dims 128 and 64; its producer hands the
+        tiles it runs to the consumers) and the one of a program a tile:
+        its blocks without a row that sees every key are skipped, the
+        ranged kernel writes those rows; one segment, a batch row of one
+        segment beside one of documents, whole rows beside rows that see
+        nothing, and "long" (as test_segments_gluon_backward's: many tiles
+        a program, some skipped).  bf16, forward and every gradient against
+        float64."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level(True)
-        c, options = case_inputs(name)
-        B, Tq, HQ, _ = c["query"].shape
-        _, Tk, H, _ = c["key"].shape
-        c = {**c, **make_case(np.random.default_rng(30), B=B, Tq=Tq, Tk=Tk, HQ=HQ, H=H, D=128)}
-        with ws_forward_on(self.fw, gluon="on"):
+        c, options = self._gluon_case(name, D)
+        persistent = kernel == "persistent"
+        with ws_forward_on(self.fw, gluon="on"), gluon_persistent_set(self.fw, persistent):
             seen = spy_launches(self.fw, monkeypatch)
             self._check(c, options, dtype="bfloat16")
         first = next(p for p in seen if p.output_names == ("out", "lse"))
-        assert first.kernel is flash_fwd_gluon.flash_fwd_gluon_kernel and first.constexprs["GATE"] == 1, first
+        assert first.kernel is gluon_forward_kernel(persistent) and first.constexprs["GATE"] == 1, first
+
+    @staticmethod
+    def _gluon_case(name, D, seed=30):
+        """A segments case at head dim ``D``; "long": 2200 tokens a row, one
+        segment beside three documents, 4 query heads on 2, causal."""
+        if name == "long":
+            c = make_case(np.random.default_rng(34), B=2, Tq=2200, Tk=2200, HQ=4, H=2)
+            c["q_segment_ids"] = np.stack([sorted_ids([2200]), sorted_ids([700, 900, 600])])
+            options = {"causal": True}
+        else:
+            c, options = case_inputs(name)
+        B, Tq, HQ, _ = c["query"].shape
+        _, Tk, H, _ = c["key"].shape
+        return {**c, **make_case(np.random.default_rng(seed), B=B, Tq=Tq, Tk=Tk, HQ=HQ, H=H, D=D)}, options
 
     @pytest.mark.parametrize("dlse", [False, True])
-    @pytest.mark.parametrize(
-        "name",
-        ["one_segment_causal", "batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty", "long"],
-    )
+    @pytest.mark.parametrize("name", GLUON_SEGMENT_CASES)
     def test_segments_gluon_backward(self, name, dlse, monkeypatch):
         """The Gluon dQ and dK/dV as the first launches of the backward's
         gated pairs (the plan's pick on sm_90 at head dim 128 from 2048
@@ -330,15 +351,7 @@ class FlashSegmentsSuite(KernelLevelCases):
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level(True)
-        if name == "long":
-            c = make_case(np.random.default_rng(34), B=2, Tq=2200, Tk=2200, HQ=4, H=2)
-            c["q_segment_ids"] = np.stack([sorted_ids([2200]), sorted_ids([700, 900, 600])])
-            options = {"causal": True}
-        else:
-            c, options = case_inputs(name)
-        B, Tq, HQ, _ = c["query"].shape
-        _, Tk, H, _ = c["key"].shape
-        c = {**c, **make_case(np.random.default_rng(33), B=B, Tq=Tq, Tk=Tk, HQ=HQ, H=H, D=128)}
+        c, options = self._gluon_case(name, 128, seed=33)
         # One program a key block's query heads: a pair's Gluon dK/dV does not
         # split them, so the Triton dK/dV must not either (these small grids
         # would split by the plan's rule, and the Triton pairs run then).
@@ -351,18 +364,18 @@ class FlashSegmentsSuite(KernelLevelCases):
         assert gates.get("flash_bwd_dq_gluon_kernel") == (None if dlse else 1), gates
         assert gates.get("flash_bwd_dq_kernel") == gates.get("flash_bwd_dkdv_kernel") == 2, gates  # ranged
 
-    @pytest.mark.parametrize("kernel", ["ws", "gluon"])
+    @pytest.mark.parametrize("kernel", ["ws", "gluon", "gluon_persistent"])
     def test_gate_skips_blocks(self, kernel):
         """A gated pair's first launch alone (GATE 1, outputs poisoned with
-        NaN), the warp-specialised forward or the Gluon one: a block with no
+        NaN), the warp-specialised forward or a Gluon one: a block with no
         query that sees every key is left as it was (the ranged launch
         writes it), a block of such queries holds plain attention's rows.
         Batch 0's first 128 queries and batch 1's last are whole (key ids
         all 1, those queries' ids 1), the others' segment has no key.  bf16,
         head dim 128, against float64."""
-        from core_triton.attention import flash, flash_fwd_gluon, flash_tma_plans
+        from core_triton.attention import flash, flash_tma_plans
 
-        if kernel == "gluon" and not gluon_forward_runs():
+        if kernel != "ws" and not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         if self.fw.name == "jax" and not interpreter_requested():
             # The interpreter's JAX launch fills outputs from NaN tensors
@@ -381,14 +394,14 @@ class FlashSegmentsSuite(KernelLevelCases):
         arrays = {n: fw.array(c[n], "bfloat16") for n in ("query", "key", "value")}
         infos = [TensorInfo(c[n].shape, "bfloat16", contiguous_strides(c[n].shape)) for n in arrays]
         r_infos = [TensorInfo(tuple(r.shape), "int32", contiguous_strides(tuple(r.shape))) for r in ranges]
-        with ws_forward_on(fw, gluon="on" if kernel == "gluon" else "off"):
+        persistent = kernel == "gluon_persistent"
+        with (
+            ws_forward_on(fw, gluon="off" if kernel == "ws" else "on"),
+            gluon_persistent_set(fw, persistent),
+        ):
             plans, _ = flash.plans(*infos, *id_infos, q_key_range=r_infos[0], kv_query_range=r_infos[1])
         first = plans.forward[0]
-        want = (
-            flash_fwd_gluon.flash_fwd_gluon_kernel
-            if kernel == "gluon"
-            else flash_tma_plans.flash_fwd_ws_kernel
-        )
+        want = flash_tma_plans.flash_fwd_ws_kernel if kernel == "ws" else gluon_forward_kernel(persistent)
         assert first.kernel is want and first.constexprs["GATE"] == 1, first
         q, k, v = arrays.values()
         out, _ = (
