@@ -1,11 +1,12 @@
 """The README's speed tables, written from the benchmarks' saved results,
 so that every figure in them can be traced to one run: the attention table
 (docs/bench-attention-h100.json, what ``python -m bench attention`` saved
-on the H100) and the Hopper flash table (docs/bench-flash-h200-gluon-bwd.json,
+on the H100) and the Hopper flash table (docs/bench-flash-h200-44th.json,
 what ``python -m bench flash`` saved on the H200 with the Gluon kernels).
 
-The sentence on segment ids comes from docs/bench-segments-h200-fresh-ranges.json
-(``python -m bench segments`` on the H200).
+The sentence on segment ids comes from docs/bench-segments-h200-persistent.json
+(``python -m bench segments`` on the H200, the persistent Gluon forward in
+plain attention and in the gated pairs of segment ids).
 
 ``python -m bench.readme_tables`` rewrites the blocks between the README's
 ``<!-- speed-table -->``, ``<!-- flash-table -->`` and
@@ -22,8 +23,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench-attention-h100.json"
-FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-gluon-bwd.json"
-SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-fresh-ranges.json"
+FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-44th.json"
+SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-persistent.json"
 START, END = "<!-- speed-table: written by python -m bench.readme_tables -->", "<!-- /speed-table -->"
 FLASH_START = "<!-- flash-table: written by python -m bench.readme_tables -->"
 FLASH_END = "<!-- /flash-table -->"
@@ -112,8 +113,8 @@ def flash_block(results: pathlib.Path = FLASH_RESULTS) -> str:
     text = (
         f"On one {data['meta']['device']} ({data['meta']['dtype']}, ms, in brackets the ratio of speed "
         "to cuDNN in the same framework; one run of `python -m bench flash`: "
-        f"`docs/{results.name}`), with the Gluon kernels for Hopper at head dim 128 "
-        "(docs/design.md):\n\n" + "\n".join(lines) + "\n\n"
+        f"`docs/{results.name}`), with the Gluon kernels for Hopper (the forward at head dims 128 "
+        "and 64, the backward at 128; docs/design.md):\n\n" + "\n".join(lines) + "\n\n"
         f"Across these cases ours runs at {_span(ratios['fwd'])} of cuDNN forward and "
         f"{_span(ratios['fwd+bwd'])} forward+backward (both bindings)."
     )
