@@ -72,7 +72,7 @@ if AVAILABLE:
                 runs = True
                 if GATE == 1:
                     ranges = QRANGE + (pid_bh // HQ).to(gl.int64) * 2 * Tq
-                    lo, hi = gate_rows(ranges, pid_m * BM, Tq, True, BM, 1)
+                    lo, hi = gate_rows(ranges, pid_m * BM, Tq, BM, 1)
                     runs = gate_open(lo, hi, Tk)
                 if runs:
                     tile = (t, pid_m, pid_bh)
@@ -231,9 +231,9 @@ if AVAILABLE:
         ``cdiv(Tq, BM) * B * HQ`` tiles of flash_fwd_gluon_kernel's grid
         dealt out in turn.  Its parameters, ``GATE`` 1 included (a gated
         pair's first launch: the tiles without a row whose segment holds
-        every key are skipped, by producer and consumers alike), but
-        ``PINGPONG`` must be False; ``QBUFS``: Q buffers, so that the next
-        tile's Q loads while this one runs."""
+        every key are skipped; the producer decides, the consumers run what
+        it hands on), but ``PINGPONG`` must be False; ``QBUFS``: Q buffers,
+        so that the next tile's Q loads while this one runs."""
         gl.static_assert(BM == BN, "the mask is applied to the last key block only")
         gl.static_assert(not PINGPONG, "no PINGPONG")
         dtype: gl.constexpr = Q.dtype.element_ty

@@ -63,13 +63,12 @@ if AVAILABLE:
         )
 
     @gluon.jit
-    def gate_rows(RANGE, start, T, ok, BLOCK: gl.constexpr, WARPS: gl.constexpr = 4):
+    def gate_rows(RANGE, start, T, BLOCK: gl.constexpr, WARPS: gl.constexpr = 4):
         """``(lo, hi)`` of rows ``start .. start + BLOCK`` of a side of length
         ``T`` in ``RANGE [2 T]`` (segment_ranges' format), over ``WARPS``
-        warps (the partition's); none is read where ``ok`` is false (a tile
-        past the last: ``RANGE`` may then point past the ranges)."""
+        warps (the partition's)."""
         offs = start + gl.arange(0, BLOCK, layout=gl.BlockedLayout([1], [32], [WARPS], [0]))
-        valid = (offs < T) & ok
+        valid = offs < T
         lo = gl.load(RANGE + offs, mask=valid, other=-1)
         hi = gl.load(RANGE + T + offs, mask=valid, other=0)
         return lo, hi
@@ -85,7 +84,7 @@ if AVAILABLE:
     @gluon.jit
     def gated_block(RANGE, start, T, T_other, BLOCK: gl.constexpr):
         """gate_open of rows ``start .. start + BLOCK`` (4 warps)."""
-        lo, hi = gate_rows(RANGE, start, T, True, BLOCK)
+        lo, hi = gate_rows(RANGE, start, T, BLOCK)
         return gate_open(lo, hi, T_other)
 
     @gluon.jit
