@@ -456,8 +456,9 @@ def attention_plans(
         In("bias") if bias is not None else In("q"),
         *scalars,
     )
-    # The Gluon backward for the calls the Gluon forward could take (as the
-    # first launches of gated pairs where the forward's is one).
+    # The Gluon backward for the calls the Gluon forward could take at head
+    # dim 128 (gluon_backward: it has no other config), as the first
+    # launches of gated pairs where the forward's is one.
     hopper = functools.partial(
         gluon_backward, q, k, v, opts, like_plain if ranged else plain, sink, out_dtype, grad_dtype, ranged
     )

@@ -255,8 +255,9 @@ def ws_forward(
 def gluon_backward(q, k, v, opts, plain, sink, out_dtype, grad_dtype, gated, do, o, dlse, splits):
     """``(dkdv, dq)``: the Gluon backward's launches where they apply, each
     a LaunchPlan or None (the plan's Triton kernels then).  Where the Gluon
-    forward could run (plain or causal, half precision, head dim 128, row-
-    major, no sinks, outputs and gradients in the inputs' dtype) and the
+    forward could run at head dim 128 (plain or causal, half precision, row-
+    major, no sinks, outputs and gradients in the inputs' dtype; at head
+    dim 64 the forward is Gluon's, the backward Triton's) and the
     cotangent ``do`` and output ``o`` are row-major in that dtype, on the
     switch's lengths.  dQ: ``q, k, v, o, do, lse`` -> ``dq, delta`` (none
     with an ``lse`` cotangent, ``dlse``); dK/dV: ``q, k, v, do, lse,
