@@ -757,11 +757,17 @@ def test_gluon_forward_persistent(monkeypatch):
             assert first.params[3].name == "q_key_range" and rest.constexprs["GATE"] == 2, (first, rest)
         (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
         assert plan.kernel is persistent and plan.grid == (8,), plan
+        # Its grid has one axis: (batch, head) rows past CUDA's 65535 on a
+        # second axis still take it (the kernel of a program a tile not).
+        (plan,) = forward(4200, 1024, 16, 16)
+        assert plan.kernel is persistent and plan.grid == (132,), plan
         flash.set_gluon_persistent(False)
         (plan,) = forward(16, 2048, 16, 16)
         assert plan.kernel is tiled and plan.grid == (16, 256) and "QBUFS" not in plan.constexprs, plan
         first, rest = forward(4, 8192, 16, 16, {"causal": True}, ids=True)
         assert first.kernel is tiled and first.constexprs["GATE"] == 1 and first.grid == (64, 64), first
+        (plan,) = forward(4200, 1024, 16, 16)
+        assert plan.kernel not in (tiled, persistent), plan
         (plan,) = forward(16, 2048, 16, 16, D=64)
         assert plan.kernel not in (tiled, persistent), plan
         with pytest.raises(TypeError, match="on must be a bool"):
