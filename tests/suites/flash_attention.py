@@ -1002,6 +1002,25 @@ class FlashAttentionSuite(KernelLevelCases):
             ref = attention_ref(q[:1], k[:1], v[:1], causal=causal)["out"]
             assert_close(out[:1], ref, "bfloat16", f"batch 0, T {T}")
 
+    def test_gluon_forward_past_grid_rows(self, monkeypatch):
+        """More (batch, head) rows than CUDA takes on a grid's second axis
+        (66,000 > 65,535): the persistent Gluon forward, whose grid has one
+        axis, takes them (forced on at 3 tokens a row), and matches the
+        float64 reference, forward and every gradient (the Triton backward,
+        its grids transposed there).  Head dim 64, causal, bf16."""
+        from core_triton.attention import flash_configs, flash_tma_plans
+
+        if not gluon_forward_runs() or not flash_tma_plans.GLUON_PERSISTENT:
+            pytest.skip("the persistent Gluon forward runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        B, HQ = 33_000, 2
+        assert B * HQ > flash_configs.GRID_Y_MAX
+        with ws_forward_on(self.fw, gluon="on"), gluon_backward_set(self.fw, "off"):
+            seen = spy_launches(self.fw, monkeypatch)
+            case = make_case(np.random.default_rng(35), B=B, Tq=3, Tk=3, HQ=HQ, H=1, D=64)
+            self._check(case, {"causal": True}, dtype="bfloat16")
+        assert seen[0].kernel is gluon_forward_kernel(True), seen[0].kernel
+
     @pytest.mark.parametrize("dlse", [False, True])
     @pytest.mark.parametrize("case", sorted(GLUON_CASES))
     def test_gluon_backward(self, case, dlse, monkeypatch):
