@@ -113,9 +113,22 @@ if AVAILABLE:
         products do (FlashAttention-3's inter-warpgroup schedule).  ``base``:
         the ring's uses before this query block's key block 0 (a persistent
         program's earlier blocks; 0 for one block a program)."""
+        s, acc = _products(base + j, q_rows, ring, s_zero, acc, p_op, turns, HALF, PINGPONG, j)
+        if MASK:
+            s = _masked(s, j, offs_m, Tk, CAUSAL, BN)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+        acc, p_op = _rescale(base + j, ring, acc, p_op, p, alpha, rows_o)
+        return acc, p_op, m_i, l_i
+
+    @gluon.jit
+    def _products(i, q_rows, ring, s_zero, acc, p_op, turns, HALF: gl.constexpr, PINGPONG: gl.constexpr,
+                  j):  # fmt: skip
+        """_step's products at the ring's ``i``-th use (key block ``j`` of
+        the query block, for ``PINGPONG``'s turns): ``S = Q K_i^T`` issued,
+        then ``P V_{i-1}`` on ``acc``; returns ``(S, acc)`` once ``S``
+        retired (its K slot released), the second still running."""
         k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
         STAGES: gl.constexpr = k_bufs.type.shape[0]
-        i = base + j
         slot = i % STAGES
         prev = (i - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
@@ -131,14 +144,20 @@ if AVAILABLE:
         # Products retire in order: this retires S_j, P_{j-1} V_{j-1} runs on.
         s = warpgroup_mma_wait(1, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
-        if MASK:
-            s = _masked(s, j, offs_m, Tk, CAUSAL, BN)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+        return s, acc
+
+    @gluon.jit
+    def _rescale(i, ring, acc, p_op, p, alpha, rows_o: gl.constexpr):
+        """_step's end: ``P V_{i-1}`` retired (its V slot released), then
+        ``acc`` rescaled by ``alpha`` and ``p`` as the next product's
+        operand."""
+        k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty = ring
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(prev), count=1)
+        mbarrier.arrive(v_empty.index((i - 1) % STAGES), count=1)
         acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
         p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
-        return acc, p_op, m_i, l_i
+        return acc, p_op
 
     @gluon.jit
     def _attend(q_bar, q_phase, q_rows, ring, base, offs_m, n_blocks, qk_scale, Tk, CAUSAL: gl.constexpr,
