@@ -112,6 +112,17 @@ def set_gluon_persistent(on: bool) -> None:
     replan()
 
 
+def set_gluon_ranged(on: bool) -> None:
+    """Whether the persistent Gluon forward takes a call with segment ids
+    alone (flash_fwd_gluon_ranged; off by default: it is a gated pair's
+    first launch, flash_tma_plans.GLUON_RANGED says why); plans made
+    before are dropped."""
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be a bool, got {type(on).__name__}")
+    flash_tma_plans.GLUON_RANGED = on
+    replan()
+
+
 def set_gluon_backward(mode: str) -> None:
     """The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon):
     "auto" (sm_90 GPUs, long sequences), "on" (every length on a GPU,
@@ -439,8 +450,12 @@ def attention_plans(
     elif ranged:
         # Plain but for the ids: plain attention's own forward for the rows
         # that see every key (the warp-specialised one where it takes them).
-        ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, gate_range="q_key_range")
-        forward = gated_pair(forward, ws, kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ, False))
+        ids = (seg_q, seg_k, aux_strides[2], aux_strides[3]) if has_seg else None
+        ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, "q_key_range", ids)
+        if ws is not None and ws.constexprs.get("RANGED"):
+            forward = (ws,)  # the persistent Gluon forward takes the ids itself
+        else:
+            forward = gated_pair(forward, ws, kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ, False))
     else:
         forward = (forward,)
 

@@ -21,7 +21,7 @@ beside it do.  Same outputs, coverage and gate (``GATE``, a gated pair's
 first launch) as ``flash_fwd_gluon_kernel``.
 """
 
-from core_triton.attention import flash_fwd_gluon
+from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_ranged
 from core_triton.attention.flash_common import LOG2E
 from core_triton.attention.gluon_parts import (
     AVAILABLE,
@@ -57,15 +57,25 @@ if AVAILABLE:
 
     @gluon.jit
     def _producer(loads, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
-                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, RANGED: gl.constexpr):  # fmt: skip
         """One warp: each tile's Q into its buffer once both groups freed
         it, then its K and V blocks into the ring (``loads``: descriptors,
         buffers, barriers, the tiles).  ``GATE`` 1: only the tiles holding
         a row whose range holds every key (gate_open), each one's number
-        written beside its Q buffer for the consumers, then -1 (_hand_on)."""
-        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids = loads[5]
+        written beside its Q buffer for the consumers, then -1 (_hand_on).
+        ``RANGED``: every tile, with its span of key blocks
+        (flash_fwd_gluon_ranged.span) written beside its number."""
+        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids, _ = loads[5]
         used = 0
         n = 0
+        if RANGED:
+            # Each tile's span is made one tile ahead (_load_tile), while
+            # the producer waits for ring slots anyway: made just before
+            # the tile's loads, its reads of the ranges held back the
+            # first key block of every tile (one segment ran 12% slower).
+            tile_span = _span_of(loads, 0, HQ, CAUSAL, BM, BN)
+        else:
+            tile_span = (0, 0, 0, 0, 1)
         for k in range(gl.cdiv(n_tiles, step)):
             t, pid_m, pid_bh = _tile(k, first, step, n_m)
             if t < n_tiles:
@@ -76,13 +86,32 @@ if AVAILABLE:
                     runs = gate_open(lo, hi, Tk)
                 if runs:
                     tile = (t, pid_m, pid_bh)
-                    used, n = _load_tile(loads, tile, used, n, Tk, HQ, H, D, CAUSAL, GATE, BM, BN)
-        if GATE == 1:
+                    if not RANGED:
+                        tile_span = (0, key_blocks(pid_m * BM + BM, Tk, CAUSAL, BN), 0, 0, 1)
+                    used, n, tile_span = _load_tile(loads, tile, tile_span, used, n, HQ, H, D, GATE, BM, BN,
+                                                    RANGED, k + 1, CAUSAL)  # fmt: skip
+        if GATE == 1 or RANGED:
             q_ready, q_empty = loads[4][:2]
             QBUFS: gl.constexpr = tile_ids.type.shape[0]
             mbarrier.wait(q_empty.index(n % QBUFS), ((n // QBUFS) & 1) ^ 1)
-            _hand_on(tile_ids, n, -1)
+            if RANGED:
+                flash_fwd_gluon_ranged.hand_on(tile_ids, n, -1, (0, 0, 0, 0, 1))
+            else:
+                _hand_on(tile_ids, n, -1)
             mbarrier.arrive(q_ready.index(n % QBUFS), count=1)
+
+    @gluon.jit
+    def _span_of(loads, k, HQ: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+        """flash_fwd_gluon_ranged.span of the producer's tile of turn ``k``
+        (a placeholder past the last)."""
+        first, n_tiles, step, n_m, Tq, Tk, QRANGE, _, _ = loads[5]
+        t, pid_m, pid_bh = _tile(k, first, step, n_m)
+        if t < n_tiles:
+            ranges = QRANGE + (pid_bh // HQ).to(gl.int64) * 2 * Tq
+            tile_span = flash_fwd_gluon_ranged.span(ranges, pid_m * BM, Tq, Tk, CAUSAL, BM, BN)
+        else:
+            tile_span = (0, 0, 0, 0, 1)
+        return tile_span
 
     @gluon.jit
     def _hand_on(tile_ids, n, t):
@@ -103,11 +132,15 @@ if AVAILABLE:
         return gl.max(tile_ids.index(n % QBUFS).load(group), 0)
 
     @gluon.jit
-    def _load_tile(loads, tile, used, n, Tk, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
-                   CAUSAL: gl.constexpr, GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+    def _load_tile(loads, tile, tile_span, used, n, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                   GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, RANGED: gl.constexpr, k_next,
+                   CAUSAL: gl.constexpr):  # fmt: skip
         """The producer's loads of one tile (``t, pid_m, pid_bh``: _tile's),
-        its ``n``-th (Q buffer ``n % QBUFS``), whose key blocks are the
-        ring's uses from ``used`` on; returns the counts after it."""
+        its ``n``-th (Q buffer ``n % QBUFS``), whose key blocks ``j0 .. j0 +
+        nb - 1`` (``tile_span``, the first two) are the ring's uses from
+        ``used`` on; returns the counts after it and, ``RANGED``, the span
+        of the tile of turn ``k_next``, made between this tile's Q and its
+        keys (else ``tile_span``)."""
         t, pid_m, pid_bh = tile
         descs, q_bufs, k_bufs, v_bufs, bars, _ = loads
         q_desc, k_desc, v_desc = descs
@@ -119,8 +152,11 @@ if AVAILABLE:
         m0 = pid_m * BM
         qb = n % QBUFS
         mbarrier.wait(q_empty.index(qb), ((n // QBUFS) & 1) ^ 1)
+        j0, nb = tile_span[0], tile_span[1]
         if GATE == 1:
-            _hand_on(loads[5][-1], n, t)
+            _hand_on(loads[5][-2], n, t)
+        if RANGED:
+            flash_fwd_gluon_ranged.hand_on(loads[5][-2], n, t, tile_span)
         # Each group's half on its own (a slice of a buffer has no 3-D view).
         mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
         for half in gl.static_range(2):
@@ -128,11 +164,19 @@ if AVAILABLE:
                 q_desc, [b, m0 + half * (BM // 2), hq * D], q_ready.index(qb),
                 q_bufs.index(2 * qb + half).reshape([1, BM // 2, D]),
             )  # fmt: skip
-        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
-        for j in range(n_blocks):
-            _fill(k_desc, [b, j * BN, h * D], k_bufs, k_ready, k_empty, used + j, BN, D)
-            _fill(v_desc, [b, j * BN, h * D], v_bufs, v_ready, v_empty, used + j, BN, D)
-        return used + n_blocks, n + 1
+        STAGES: gl.constexpr = k_bufs.type.shape[0]
+        nxt = tile_span
+        for j in range(nb):
+            _fill(k_desc, [b, (j0 + j) * BN, h * D], k_bufs, k_ready, k_empty, used + j, BN, D)
+            _fill(v_desc, [b, (j0 + j) * BN, h * D], v_bufs, v_ready, v_empty, used + j, BN, D)
+            if RANGED:
+                if j == gl.minimum(nb, STAGES) - 1:
+                    # The ring is full: the producer would wait anyway.
+                    nxt = _span_of(loads, k_next, HQ, CAUSAL, BM, BN)
+        if RANGED:
+            if nb == 0:
+                nxt = _span_of(loads, k_next, HQ, CAUSAL, BM, BN)
+        return used + nb, n + 1, nxt
 
     @gluon.jit
     def _fill(desc, coords, bufs, ready, empty, i, BN: gl.constexpr, D: gl.constexpr):
@@ -147,36 +191,47 @@ if AVAILABLE:
 
     @gluon.jit
     def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
-                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+                  GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, RANGED: gl.constexpr):  # fmt: skip
         """One warp group, rows ``HALF * BM / 2`` on of each tile: the
         products and softmax (flash_fwd_gluon's _attend and _finish), then
         ``lse`` and the output, stored through its rows of the tile's Q
         buffer, which it then frees.  ``GATE`` 1: the tiles the producer
-        hands on (only it reads the ranges)."""
-        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids = shared[-1]
+        hands on (only it reads the ranges).  ``RANGED``: every tile, over
+        the span of key blocks handed on with it."""
+        first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids, _ = shared[-1]
         used = 0
         n = 0
+        q_ready = shared[3][0]
         if GATE == 1:
             # The producer's tiles, as it hands them on.
-            q_ready = shared[3][0]
             t = _tile_handed(tile_ids, q_ready, n)
             while t >= 0:
                 pid_m = n_m - 1 - t % n_m
-                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN)
+                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
+                                       0, False)  # fmt: skip
                 t = _tile_handed(tile_ids, q_ready, n)
+        elif RANGED:
+            t, tile_span = flash_fwd_gluon_ranged.handed(tile_ids, q_ready, n)
+            while t >= 0:
+                pid_m = n_m - 1 - t % n_m
+                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
+                                       tile_span, True)  # fmt: skip
+                t, tile_span = flash_fwd_gluon_ranged.handed(tile_ids, q_ready, n)
         else:
             for k in range(gl.cdiv(n_tiles, step)):
                 t, pid_m, pid_bh = _tile(k, first, step, n_m)
                 if t < n_tiles:
                     used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL,
-                                           BM, BN)  # fmt: skip
+                                           BM, BN, 0, False)  # fmt: skip
 
     @gluon.jit
     def _attend_tile(HALF: gl.constexpr, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ: gl.constexpr,
-                     D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):  # fmt: skip
+                     D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, tile_span,
+                     RANGED: gl.constexpr):  # fmt: skip
         """One consumer group's share of one tile, its ``n``-th, whose key
         blocks are the ring's uses from ``used`` on; returns the counts
-        after it."""
+        after it.  ``RANGED``: the blocks of ``tile_span``
+        (flash_fwd_gluon_ranged.span), ids compared outside its run."""
         q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, _ = shared
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
         QBUFS: gl.constexpr = q_bufs.type.shape[0] // 2
@@ -189,13 +244,32 @@ if AVAILABLE:
         m0 = pid_m * BM
         r0 = m0 + HALF * ROWS
         offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
-        n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
+        if RANGED:
+            n_blocks = tile_span[1]
+        else:
+            n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
         qb = n % QBUFS
         q_rows = q_bufs.index(2 * qb + HALF)
         q_phase = (n // QBUFS) & 1
-        acc, p_op, m_i, l_i = _attend(q_ready.index(qb), q_phase, q_rows, ring, used, offs_m, n_blocks,
-                                      qk_scale, Tk, CAUSAL, BN, D, q_ready, HALF, False)  # fmt: skip
-        out, lse = _finish(used + n_blocks - 1, ring, acc, p_op, m_i, l_i)
+        if RANGED and tile_span[4] != 2:
+            # Not a whole tile (flash_fwd_gluon_ranged.span): the ranges'
+            # span, masked by the ranges and ids.
+            QRANGE = shared[-1][6]
+            QSEG, KSEG, stride_qs, stride_ks = shared[-1][-1]
+            b64 = b.to(gl.int64)
+            own = flash_fwd_gluon_ranged.rows(QRANGE + b64 * 2 * Tq, offs_m, Tq, Tk)
+            masks = (own, tile_span, QSEG + b64 * stride_qs, KSEG + b64 * stride_ks)
+            acc, p_op, m_i, l_i = flash_fwd_gluon_ranged.attend(
+                q_ready.index(qb), q_phase, q_rows, ring, used, offs_m, masks, qk_scale, Tq, Tk, CAUSAL, BN, D
+            )  # fmt: skip
+            out, lse = flash_fwd_gluon_ranged.finish(used + n_blocks - 1, n_blocks, ring, acc, p_op, m_i, l_i)
+        else:
+            # Plain attention, or a whole tile (every row sees every key):
+            # plain attention's own code (the ranged loop ran 4 to 18%
+            # slower on one segment).
+            acc, p_op, m_i, l_i = _attend(q_ready.index(qb), q_phase, q_rows, ring, used, offs_m, n_blocks,
+                                          qk_scale, Tk, CAUSAL, BN, D, q_ready, HALF, False)  # fmt: skip
+            out, lse = _finish(used + n_blocks - 1, ring, acc, p_op, m_i, l_i)
         gl.store(LSE + pid_bh.to(gl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
         q_rows.store(out.to(dtype))
         fence_async_shared()
@@ -204,12 +278,16 @@ if AVAILABLE:
         mbarrier.arrive(q_empty.index(qb), count=1)
         return used + n_blocks, n + 1
 
-    @gluon.jit(do_not_specialize=["B", "Tq", "Tk"])
+    @gluon.jit(do_not_specialize=["stride_qs", "stride_ks", "B", "Tq", "Tk"])
     def flash_fwd_gluon_kernel(
         Q,
         K,
         V,
         QRANGE,
+        QSEG,
+        KSEG,
+        stride_qs,
+        stride_ks,
         scale,
         B,
         Tq,
@@ -226,6 +304,7 @@ if AVAILABLE:
         STAGES: gl.constexpr,
         PINGPONG: gl.constexpr = False,
         QBUFS: gl.constexpr = 2,
+        RANGED: gl.constexpr = False,
     ):
         """Grid ``(programs,)``, any number (one an SM is the plan's): the
         ``cdiv(Tq, BM) * B * HQ`` tiles of flash_fwd_gluon_kernel's grid
@@ -274,16 +353,20 @@ if AVAILABLE:
         if GATE == 1:
             # Beside each Q buffer, the number of the tile it holds.
             tile_ids = gl.allocate_shared_memory(gl.int32, [QBUFS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        elif RANGED:
+            # Beside each Q buffer, its tile's number and span.
+            tile_ids = gl.allocate_shared_memory(gl.int32, [QBUFS, 8], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         else:
             tile_ids = q_ready  # unused
-        tiles = (first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids)
+        seg = (QSEG, KSEG, stride_qs, stride_ks)
+        tiles = (first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids, seg)
         shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, tiles)
         loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, tiles)
         gl.warp_specialize(
             [
-                (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN)),
-                (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN)),
-                (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN)),
+                (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN, RANGED)),
             ],
             [4, 1],
             [240, 24],

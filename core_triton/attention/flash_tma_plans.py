@@ -86,6 +86,17 @@ GLUON_MIN_LEN = 1024
 # flash_fwd_kernel): 2468 / 1325 us at B4 T8k full / causal against
 # flash_fwd_kernel's 2670 / 1439 and cuDNN's 2410 / 1294 (43rd session).
 GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != "0"
+# Segment ids (and packed rows) through the persistent kernel alone
+# (``RANGED``, flash_fwd_gluon_ranged: it reads the ranges and compares
+# ids itself), where a gated pair takes it as its first launch and the
+# ranged Triton kernel as its second: TWINKERNELS_FLASH_GLUON_RANGED=1
+# before import, or flash.set_gluon_ranged(True).  Off by default: on the
+# H200 (45th session, B1 T4k 32:4 causal, us a call, ranges kept; alone
+# against the pair) documents ran faster, 4 of 1k tokens 121.5 against
+# 154.9 (head dim 128), 64 of 64 57.0 against 110.6 (head dim 64), but one
+# segment slower, 196.5 against 186.9 (64) and 253.2 against 251.7 (128;
+# plain 175.0, 246.2), and one segment is the common case.
+GLUON_RANGED = os.environ.get("TWINKERNELS_FLASH_GLUON_RANGED", "0") == "1"
 GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 168, 2)}
 
 # The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
@@ -130,33 +141,41 @@ def _gluon_wanted(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
     return _switched_on(mode, min_len, Tq, Tk)
 
 
-def _gluon_forward(q, k, v, opts, gate_range=None) -> LaunchPlan:
+def _gluon_forward(q, k, v, opts, gate_range=None, segments=None) -> LaunchPlan:
     """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
     the queries' ranges or a placeholder, scale, sizes; outputs ``out,
-    lse``); ``gate_range`` as ws_forward's.  The persistent kernel where
-    GLUON_PERSISTENT has a config (one program an SM, or a tile, whichever
-    is fewer), else a program a tile."""
+    lse``); ``gate_range`` and ``segments`` as ws_forward's.  The
+    persistent kernel where GLUON_PERSISTENT has a config (one program an
+    SM, or a tile, whichever is fewer), else a program a tile."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     persistent = _persistent(D)
+    ids = (In("q"), In("q"), 0, 0)
     if persistent:
         bm, bn, w, stages, cap, qbufs = GLUON_PERSISTENT_CONFIGS[D]
         kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
         grid = (min(cdiv(Tq, bm) * B * HQ, multiprocessor_count()),)
         extra = dict(QBUFS=qbufs)
+        if gate_range and segments and GLUON_RANGED:
+            ids = (In(segments[0]), In(segments[1]), *segments[2:])
+            extra["RANGED"] = True
     else:
         bm, bn, w, stages, cap = GLUON_CONFIGS[D]
         kernel = flash_fwd_gluon.flash_fwd_gluon_kernel
         grid = (cdiv(Tq, bm), B * HQ)
         extra = {}
+    if persistent:
+        params = (In("q"), In("k"), In("v"), In(gate_range or "q"), *ids, opts.scale, B, Tq, Tk)
+    else:
+        params = (In("q"), In("k"), In("v"), In(gate_range or "q"), opts.scale, B, Tq, Tk)
     return LaunchPlan(
         kernel=kernel,
         grid=grid,
-        params=(In("q"), In("k"), In("v"), In(gate_range or "q"), opts.scale, B, Tq, Tk),
+        params=params,
         outputs=(OutputSpec((B, Tq, HQ, D), q.dtype), OutputSpec((B, HQ, Tq), "float32")),
         output_names=("out", "lse"),
-        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, GATE=1 if gate_range else 0, BM=bm, BN=bn)
-        | dict(STAGES=stages, **extra),
+        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, BM=bm, BN=bn, STAGES=stages)
+        | dict(GATE=1 if gate_range and "RANGED" not in extra else 0, **extra),
         num_warps=w,
         maxnreg=cap,
     )
@@ -189,7 +208,7 @@ def _applies(q, k, v, opts, plain, out_dtype) -> bool:
 
 
 def ws_forward(
-    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None
+    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None, segments=None
 ) -> LaunchPlan | None:
     """The forward through flash_fwd_gluon_kernel where it applies (see
     _gluon_forward; no sinks), else through
@@ -199,7 +218,10 @@ def ws_forward(
     core_triton.attention.flash_fwd_ws).  ``gate_range``: the name of the
     queries' ranges, for the first launch of a gated pair
     (flash.gated_pair; ``plain`` then says the call is plain but for its
-    segment ids)."""
+    segment ids).  ``segments``: with ``gate_range``, the names of the
+    queries' and keys' ids and their batch strides, for the persistent
+    Gluon forward to take the whole call alone (``RANGED``, GLUON_RANGED;
+    the plan's ``constexprs`` say so), not as a pair's first launch."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     if not _applies(q, k, v, opts, plain, out_dtype):
@@ -207,7 +229,7 @@ def ws_forward(
     gluon = _gluon_wanted(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
     tiled = D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX
     if gluon and sink is None and (_persistent(D) or tiled):
-        return _gluon_forward(q, k, v, opts, gate_range)
+        return _gluon_forward(q, k, v, opts, gate_range, segments)
     if D not in WS_CONFIGS or not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
         return None
     bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]
