@@ -1,7 +1,10 @@
 """Kernel times of one-segment attention against plain (torch profiler),
 causal B1 32 on 4 heads bf16: which launch costs what, forward and
 forward+backward, beside the elapsed time a call (CUDA events, 20 calls
-back to back).  Offline probe."""
+back to back); "(pair)": the persistent Gluon forward as a gated pair's
+first launch (flash.set_gluon_ranged(False)), not alone.  Offline probe."""
+
+import contextlib
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -46,6 +49,20 @@ def _report(label, step):
     print(f"{label}: {us:.1f}us a call;", ", ".join(f"{n} {t}us" for n, t in times), flush=True)
 
 
+@contextlib.contextmanager
+def _paired(on: bool):
+    """Segment ids as gated pairs (``on``) or through the persistent Gluon
+    forward alone, then as before."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    before = flash_tma_plans.GLUON_RANGED
+    flash.set_gluon_ranged(before and not on)
+    try:
+        yield
+    finally:
+        flash.set_gluon_ranged(before)
+
+
 def main():
     import sys
 
@@ -64,6 +81,7 @@ def main():
                 ("plain", {}),
                 ("segment ids", {"q_segment_ids": ids}),
                 ("segment ids, new each call", {"q_segment_ids": None}),
+                ("segment ids, new each call (pair)", {"q_segment_ids": None}),
                 ("cu_seqlens", {"cu_seqlens": cu}),
             ):
 
@@ -78,7 +96,8 @@ def main():
                     out = torch_api.flash_attention(*leaves, causal=True, **kw)
                     torch.autograd.grad(out, leaves, do)
 
-                _report(f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}", step)
+                with _paired(name.endswith("(pair)")):
+                    _report(f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}", step)
 
 
 def docs():
@@ -89,13 +108,20 @@ def docs():
         k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
         ids = (torch.arange(T, device="cuda", dtype=torch.int32) // (T // n))[None]
         cu = torch.arange(0, T + 1, T // n, dtype=torch.int32, device="cuda")
-        inputs = {"plain": {}, "segment ids": {"q_segment_ids": ids}, "cu_seqlens": {"cu_seqlens": cu}}
+        inputs = {
+            "plain": {},
+            "segment ids": {"q_segment_ids": ids},
+            "segment ids (pair)": {"q_segment_ids": ids},
+            "cu_seqlens": {"cu_seqlens": cu},
+            "cu_seqlens (pair)": {"cu_seqlens": cu},
+        }
         for name, kw in inputs.items():
 
             def step(kw=kw, qkv=(q, k, v)):
                 torch_api.flash_attention(*qkv, causal=True, **kw)
 
-            _report(f"T={T} D={D} docs={n} fwd {name}", step)
+            with _paired(name.endswith("(pair)")):
+                _report(f"T={T} D={D} docs={n} fwd {name}", step)
 
 
 if __name__ == "__main__":

@@ -727,9 +727,12 @@ def test_gluon_forward_persistent(monkeypatch):
     """On an sm_90 GPU the Gluon forward of plain attention (head dims 128
     and 64, half precision, from 1024 tokens) is the persistent kernel, one
     program an SM (132) or a tile where there are fewer, two Q buffers and
-    two stages, and so is a gated pair's first launch (GATE 1);
-    flash.set_gluon_persistent(False) brings back the kernel of one program
-    a tile at head dim 128, and flash_fwd_kernel at 64 (no Gluon there)."""
+    two stages; with segment ids it is a gated pair's first launch (GATE
+    1), and with flash.set_gluon_ranged(True) it takes the call alone
+    (``RANGED``: the queries' ranges and both sides' ids and batch strides
+    as parameters); flash.set_gluon_persistent(False) brings back the
+    kernel of one program a tile at head dim 128 (a pair's first launch),
+    and flash_fwd_kernel at 64 (no Gluon there)."""
     from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_persistent
 
     try:
@@ -743,6 +746,7 @@ def test_gluon_forward_persistent(monkeypatch):
             if ids:
                 rng = _info((B, 2 * T), "int32")
                 extra = {"q_segment_ids": _info((B, T), "int32"), "q_key_range": rng, "kv_query_range": rng}
+                extra["kv_segment_ids"] = _info((B, T), "int64")
             return flash.plans(q, kv, kv, **extra, **(options or {}))[0].forward
 
         for D, options in itertools.product((128, 64), ({}, {"causal": True})):
@@ -751,9 +755,18 @@ def test_gluon_forward_persistent(monkeypatch):
             c = plan.constexprs
             assert (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"], c["D"]) == (0, 2, 2, 128, 128, D), c
             assert c["CAUSAL"] == bool(options) and plan.maxnreg == 168, (c, plan.maxnreg)
+            flash.set_gluon_ranged(True)
+            (alone,) = forward(4, 8192, 16, 16, options, ids=True, D=D)
+            flash.set_gluon_ranged(False)
+            assert alone.kernel is persistent and alone.grid == (132,), alone
+            assert (alone.constexprs["GATE"], alone.constexprs["RANGED"]) == (0, True), alone
+            names = [getattr(p, "name", p) for p in alone.params[:8]]
+            want = ["q", "k", "v", "q_key_range", "q_segment_ids", "kv_segment_ids", 8192, 8192]
+            assert names == want, names
+            assert "RANGED" not in plan.constexprs and plan.params[4].name == "q", plan
             first, rest = forward(4, 8192, 16, 16, options, ids=True, D=D)
             assert first.kernel is persistent and first.grid == (132,), first
-            assert first.constexprs["GATE"] == 1, first
+            assert first.constexprs["GATE"] == 1 and "RANGED" not in first.constexprs, first
             assert first.params[3].name == "q_key_range" and rest.constexprs["GATE"] == 2, (first, rest)
         (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
         assert plan.kernel is persistent and plan.grid == (8,), plan
@@ -772,8 +785,11 @@ def test_gluon_forward_persistent(monkeypatch):
         assert plan.kernel not in (tiled, persistent), plan
         with pytest.raises(TypeError, match="on must be a bool"):
             flash.set_gluon_persistent(1)
+        with pytest.raises(TypeError, match="on must be a bool"):
+            flash.set_gluon_ranged("yes")
     finally:
         flash.set_gluon_persistent(True)
+        flash.set_gluon_ranged(False)
         flash.replan()
 
 

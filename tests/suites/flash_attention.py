@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -95,6 +96,14 @@ def gluon_persistent_set(fw, on: bool):
     from core_triton.attention import flash, flash_tma_plans
 
     return _flash_setting(fw, flash.set_gluon_persistent, flash_tma_plans.GLUON_PERSISTENT, on)
+
+
+def gluon_ranged_set(fw, on: bool):
+    """The switch of segment ids through the persistent Gluon forward alone
+    at ``on``, then as it was."""
+    from core_triton.attention import flash, flash_tma_plans
+
+    return _flash_setting(fw, flash.set_gluon_ranged, flash_tma_plans.GLUON_RANGED, on)
 
 
 def gluon_forward_kernel(persistent: bool):
@@ -929,15 +938,16 @@ class FlashAttentionSuite(KernelLevelCases):
 
     @pytest.mark.parametrize("D", [128, 64])
     @pytest.mark.parametrize("causal", [False, True])
-    @pytest.mark.parametrize("gated", [False, True])
-    def test_gluon_forward_wgmma_pipelined(self, gated, causal, D, tmp_path):
+    @pytest.mark.parametrize("ids", ["plain", "gated", "ranged"])
+    def test_gluon_forward_wgmma_pipelined(self, ids, causal, D, tmp_path):
         """ptxas keeps the Gluon forward's wgmma asynchronous: no warning
         C7514, which it gives where a non-wgmma instruction may read an
         in-flight accumulator and then serialises every wgmma of the kernel
         (an accumulator left in flight across the loop's back edge did
         that: the forward ran 12% slower), and spills nothing.  The plan's
-        kernel at B4 H16 T8k, head dims 128 and 64, full and causal, plain
-        and as a gated pair's first launch, compiled for sm_90a as the GPU
+        kernel at B4 H16 T8k, head dims 128 and 64, full and causal, plain,
+        as a gated pair's first launch and taking segment ids alone
+        (RANGED, the persistent kernel), compiled for sm_90a as the GPU
         runs it, and with ``PINGPONG`` (the kernel of a program a tile)."""
         import dataclasses
         import subprocess
@@ -953,17 +963,27 @@ class FlashAttentionSuite(KernelLevelCases):
         self._kernel_level()
         T, HQ = 8192, 16
         q = TensorInfo((4, T, HQ, D), "bfloat16", (T * HQ * D, HQ * D, D, 1))
-        ids = TensorInfo((4, T), "int32", (T, 1)) if gated else None
+        seg = TensorInfo((4, T), "int32", (T, 1)) if ids != "plain" else None
         rng = TensorInfo((4, 2, T), "int32", (2 * T, T, 1))  # segment_ranges' [B, 2, T]
-        ranges = {"q_key_range": rng, "kv_query_range": rng} if gated else {}
-        plan = flash.plans(q, q, q, q_segment_ids=ids, causal=causal, **ranges)[0].forward[0]
+        ranges = {"q_key_range": rng, "kv_query_range": rng} if ids != "plain" else {}
         # The persistent kernel has no PINGPONG.
         persistent = flash_tma_plans.GLUON_PERSISTENT
         if not persistent and D not in flash_tma_plans.GLUON_CONFIGS:
             pytest.skip("no Gluon forward of a program a tile at this head dim")
+        if ids == "ranged" and not persistent:
+            pytest.skip("segment ids alone: the persistent kernel only")
+        with gluon_ranged_set(self.fw, ids == "ranged"):
+            plan = flash.plans(q, q, q, q_segment_ids=seg, causal=causal, **ranges)[0].forward[0]
         want = gluon_forward_kernel(persistent)
-        assert plan.kernel is want and plan.constexprs["GATE"] == gated, plan
-        dtypes = {"q": "bfloat16", "k": "bfloat16", "v": "bfloat16", "q_key_range": "int32"}
+        assert plan.kernel is want and plan.constexprs["GATE"] == (ids == "gated"), plan
+        assert plan.constexprs.get("RANGED", False) == (ids == "ranged"), plan
+        dtypes = {
+            "q": "bfloat16",
+            "k": "bfloat16",
+            "v": "bfloat16",
+            "q_key_range": "int32",
+            "q_segment_ids": "int32",
+        }
         for pingpong in (False,) if persistent else (False, True):
             variant = dataclasses.replace(plan, constexprs={**plan.constexprs, "PINGPONG": pingpong})
             ptx = tmp_path / f"gluon-{pingpong}.ptx"
@@ -977,8 +997,13 @@ class FlashAttentionSuite(KernelLevelCases):
                 str(tmp_path / "gluon.cubin"),
             ]
             run = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            assert "Used 168 registers" in run.stderr and " 0 bytes spill stores" in run.stderr, run.stderr
             assert "C7514" not in run.stderr and "serialized" not in run.stderr, (pingpong, run.stderr)
+            assert "Used 168 registers" in run.stderr, run.stderr
+            spilled = int(re.search(r"(\d+) bytes spill stores", run.stderr).group(1))
+            # The RANGED kernel (opt-in) spills in its per-tile code, no
+            # block loop reloading more than a few words: 8 to 144 bytes of
+            # stores (Triton 3.6, 45th session); pinned there, not above.
+            assert spilled <= (160 if ids == "ranged" else 0), run.stderr
 
     @pytest.mark.parametrize("persistent", [True, False], ids=["persistent", "tiled"])
     @pytest.mark.parametrize("causal", [False, True])

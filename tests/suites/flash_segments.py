@@ -30,6 +30,7 @@ from tests.suites.flash_attention import (
     gluon_forward_kernel,
     gluon_forward_runs,
     gluon_persistent_set,
+    gluon_ranged_set,
     make_case,
     spy_launches,
     ws_forward_on,
@@ -171,6 +172,13 @@ CASES = {
         {"sliding_window": (60, 60)},
     ),
 }
+
+
+# Segment ids through the persistent Gluon forward alone (RANGED): every
+# case with no window, soft cap, sinks or bias (what the kernel takes), and
+# "long".
+_NOT_RANGED = {"sink", "bias", "sliding_window", "logits_soft_cap", "softmax_scale"}
+RANGED_CASES = [n for n, (shape, _, _, opts) in CASES.items() if not _NOT_RANGED & {*shape, *opts}] + ["long"]
 
 
 def case_inputs(name, seed=0):
@@ -316,11 +324,37 @@ class FlashSegmentsSuite(KernelLevelCases):
         self._kernel_level(True)
         c, options = self._gluon_case(name, D)
         persistent = kernel == "persistent"
-        with ws_forward_on(self.fw, gluon="on"), gluon_persistent_set(self.fw, persistent):
-            seen = spy_launches(self.fw, monkeypatch)
+        fw = self.fw
+        with ws_forward_on(fw, gluon="on"), gluon_persistent_set(fw, persistent), gluon_ranged_set(fw, False):
+            seen = spy_launches(fw, monkeypatch)
             self._check(c, options, dtype="bfloat16")
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is gluon_forward_kernel(persistent) and first.constexprs["GATE"] == 1, first
+
+    @pytest.mark.parametrize("D", [128, 64])
+    @pytest.mark.parametrize("name", RANGED_CASES)
+    def test_segments_gluon_ranged(self, name, D, monkeypatch):
+        """The persistent Gluon forward taking a call with segment ids alone
+        (RANGED, the plan's pick on sm_90 from 1024 tokens; forced on here
+        at every length): spans from the ranges, ids compared only where a
+        tile has a bound (unsorted rows), rows that see no key (output 0,
+        ``lse = -inf``), cross attention, sorted and unsorted, one segment
+        and many, head dims 128 and 64; int64 ids in the cross cases.  bf16,
+        forward and every gradient against float64 (PyTorch's outputs
+        start as NaN: every row must be written)."""
+        if not gluon_forward_runs():
+            pytest.skip("Gluon runs on an sm_90 GPU only")
+        self._kernel_level(True)
+        c, options = self._gluon_case(name, D)
+        if name.startswith("cross"):
+            c = {n: a.astype(np.int64) if n.endswith("segment_ids") else a for n, a in c.items()}
+        fw = self.fw
+        with ws_forward_on(fw, gluon="on"), gluon_persistent_set(fw, True), gluon_ranged_set(fw, True):
+            seen = spy_launches(fw, monkeypatch)
+            self._check(c, options, dtype="bfloat16")
+        forward = [p for p in seen if p.output_names == ("out", "lse")]
+        assert len(forward) == 1 and forward[0].kernel is gluon_forward_kernel(True), forward
+        assert forward[0].constexprs["RANGED"] and forward[0].constexprs["GATE"] == 0, forward[0]
 
     @staticmethod
     def _gluon_case(name, D, seed=30):
@@ -398,6 +432,7 @@ class FlashSegmentsSuite(KernelLevelCases):
         with (
             ws_forward_on(fw, gluon="off" if kernel == "ws" else "on"),
             gluon_persistent_set(fw, persistent),
+            gluon_ranged_set(fw, False),
         ):
             plans, _ = flash.plans(*infos, *id_infos, q_key_range=r_infos[0], kv_query_range=r_infos[1])
         first = plans.forward[0]
