@@ -18,7 +18,10 @@ The descriptors are built once a program over all batches (``[B, T, HQ *
 D]``, a block ``[1, rows, D]``): rows past ``T`` of a batch read as zeros
 and are dropped from stores, as the per-batch descriptors of the kernel
 beside it do.  Same outputs, coverage and gate (``GATE``, a gated pair's
-first launch) as ``flash_fwd_gluon_kernel``.
+first launch) as ``flash_fwd_gluon_kernel``.  ``RANGED`` (opt-in,
+flash_tma_plans.GLUON_RANGED): the whole of a call with segment ids or
+packed rows, the producer handing on each tile's span of key blocks with
+its number (core_triton.attention.flash_fwd_gluon_ranged).
 """
 
 from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_ranged
@@ -69,10 +72,9 @@ if AVAILABLE:
         used = 0
         n = 0
         if RANGED:
-            # Each tile's span is made one tile ahead (_load_tile), while
-            # the producer waits for ring slots anyway: made just before
-            # the tile's loads, its reads of the ranges held back the
-            # first key block of every tile (one segment ran 12% slower).
+            # Each tile's span is made one tile ahead (_load_tile), once the
+            # ring is full and the producer would wait anyway, so that its
+            # reads of the ranges never hold back a tile's first keys.
             tile_span = _span_of(loads, 0, HQ, CAUSAL, BM, BN)
         else:
             tile_span = (0, 0, 0, 0, 1)
