@@ -1,25 +1,27 @@
 """Segment ids in the persistent Gluon forward (``RANGED``,
 core_triton.attention.flash_fwd_gluon_persistent): the whole forward of a
 call with segment ids (or packed rows) in one launch after the ranges'
-own, where a gated pair (flash.gated_pair) takes two.
+own, where a gated pair (flash.gated_pair) takes two.  Opt-in
+(flash_tma_plans.GLUON_RANGED says why).
 
 The producer reads the key ranges of a tile's rows (``QRANGE [B, 2, Tq]``,
 segment_ranges' format: exact, or a bound where the key row is unsorted)
 and hands the consumers, beside the tile's number, its span (:func:`span`):
-the key blocks that meet any row's range (cut at the causal diagonal) and
-the run of them inside every row's exact range, where all rows see all
-keys.  The consumers compare ids in the other blocks only: the rows' ids,
-loaded once a tile, with the block's keys' ids, loaded before the block's
-products are issued so that their latency hides behind them.  One segment
-(every range the whole row) thus compares nothing, as plain attention; a
-tile's last block takes plain attention's mask too (the causal diagonal
-and the keys past ``Tk`` fall in it, ``BM == BN``).  A row that sees no
-key gets ``lse = -inf`` and output 0 (the softmax shifts by 0 where its
-maximum is still ``-inf``).
+the key blocks that meet any row's range (cut at the causal diagonal), the
+run of them inside every row's exact range, where all rows see all keys,
+and its kind.  A whole tile (every range ``[0, Tk)``: one segment) runs
+plain attention's code (the persistent kernel's).  Any other runs
+:func:`attend`: plain attention's step inside the run, and outside it a
+step that masks by the rows' ranges (inside an exact range every key has
+the row's id) and, in a tile with a bound, compares ids too; the last
+block takes plain attention's mask as well (the causal diagonal and the
+keys past ``Tk`` fall in it, ``BM == BN``).  A row that sees no key gets
+``lse = -inf`` and output 0 (the softmax shifts by 0 where its maximum is
+still ``-inf``).
 
-Everything is read inside the tensors whatever the ranges hold: the
-producer clamps a span to ``[0, Tk)``, and the ids' loads are masked to
-``Tq`` and ``Tk``.
+Everything is read inside the tensors whatever the ranges hold: spans and
+ranges are clamped to ``[0, Tk]``, and the ids' loads are masked to ``Tq``
+and ``Tk``.
 """
 
 from core_triton.attention.flash_common import LN2
