@@ -335,13 +335,15 @@ class FlashSegmentsSuite(KernelLevelCases):
     @pytest.mark.parametrize("name", RANGED_CASES)
     def test_segments_gluon_ranged(self, name, D, monkeypatch):
         """The persistent Gluon forward taking a call with segment ids alone
-        (RANGED, the plan's pick on sm_90 from 1024 tokens; forced on here
-        at every length): spans from the ranges, ids compared only where a
-        tile has a bound (unsorted rows), rows that see no key (output 0,
-        ``lse = -inf``), cross attention, sorted and unsorted, one segment
-        and many, head dims 128 and 64; int64 ids in the cross cases.  bf16,
-        forward and every gradient against float64 (PyTorch's outputs
-        start as NaN: every row must be written)."""
+        (RANGED, opt-in: switched on here, the Gluon forward forced at every
+        length): spans from the ranges, whole tiles on plain attention's
+        code beside masked ones in one call, unmasked runs between masked
+        blocks ("long"), ids compared only where a tile has a bound
+        (unsorted rows), rows that see no key (output 0, ``lse = -inf``),
+        cross attention, sorted and unsorted, one segment and many, head
+        dims 128 and 64; int64 ids in the cross cases.  bf16, forward and
+        every gradient against float64 (PyTorch's outputs start as NaN:
+        every row must be written)."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level(True)
