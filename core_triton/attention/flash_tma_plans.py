@@ -92,10 +92,10 @@ GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != 
 # ranged Triton kernel as its second: TWINKERNELS_FLASH_GLUON_RANGED=1
 # before import, or flash.set_gluon_ranged(True).  Off by default: on the
 # H200 (45th session, B1 T4k 32:4 causal, us a call, ranges kept; alone
-# against the pair) documents ran faster, 4 of 1k tokens 121.5 against
-# 154.9 (head dim 128), 64 of 64 57.0 against 110.6 (head dim 64), but one
-# segment slower, 196.5 against 186.9 (64) and 253.2 against 251.7 (128;
-# plain 175.0, 246.2), and one segment is the common case.
+# against the pair) documents ran faster, 4 of 1k tokens 117.9 against
+# 155.8 (head dim 128), 64 of 64 74.8 against 102.8 (head dim 64), but one
+# segment slower, 197.9 against 185.8 (64) and 255.1 against 247.0 (128;
+# plain 176.4, 236.8), 9% at T16k, and one segment is the common case.
 GLUON_RANGED = os.environ.get("TWINKERNELS_FLASH_GLUON_RANGED", "0") == "1"
 GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 168, 2)}
 
