@@ -74,13 +74,19 @@ if AVAILABLE:
             fill_slot(v_desc, [j * BN, col_k], v_bufs, v_ready, v_empty, j)
 
     @gluon.jit
-    def _softmax_step(s, m_i, l_i, qk_scale):
+    def _softmax_step(s, m_i, l_i, qk_scale, SAFE: gl.constexpr = False):
         """One block of the online softmax on raw scores ``s`` (masked ones
         -inf): the probabilities, the old rows' rescale factor, and the new
-        running maximum (log2 units) and normaliser."""
+        running maximum (log2 units) and normaliser.  ``SAFE``: a row whose
+        maximum is still -inf (it has seen no key) shifts by 0, where
+        exp2(-inf - -inf) would be NaN (plain attention's rows always see
+        key 0)."""
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
+        m_use = m_new
+        if SAFE:
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(s * qk_scale - m_use[:, None])
+        alpha = gl.exp2(m_i - m_use)
         l_i = l_i * alpha + gl.sum(p, 1)
         return p, alpha, m_new, l_i
 

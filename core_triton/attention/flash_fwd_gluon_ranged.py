@@ -43,7 +43,7 @@ if AVAILABLE:
         flash_fwd_gluon._products,
         flash_fwd_gluon._rescale,
     )
-    _plain_step = flash_fwd_gluon._step
+    _plain_step, _softmax_step = flash_fwd_gluon._step, flash_fwd_gluon._softmax_step
 
     @gluon.jit
     def _decoded(lo, hi, Tk):
@@ -144,17 +144,6 @@ if AVAILABLE:
         return gl.where(seen, s, float("-inf"))
 
     @gluon.jit
-    def _softmax_step(s, m_i, l_i, qk_scale):
-        """flash_fwd_gluon._softmax_step, shifting by 0 a row whose maximum
-        is still -inf (it has seen no key: exp2(-inf - -inf) would be NaN)."""
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-        p = gl.exp2(s * qk_scale - m_use[:, None])
-        alpha = gl.exp2(m_i - m_use)
-        l_i = l_i * alpha + gl.sum(p, 1)
-        return p, alpha, m_new, l_i
-
-    @gluon.jit
     def _step(j, i, LAST: gl.constexpr, q_rows, ring, s_zero, acc, p_op, m_i, l_i, masks, qk_scale, offs_m,
               Tk, CAUSAL: gl.constexpr, BN: gl.constexpr, rows_o: gl.constexpr,
               IDS: gl.constexpr):  # fmt: skip
@@ -174,7 +163,7 @@ if AVAILABLE:
         s = _masked_ids(s, j, own, ids, Tk, BN, IDS)
         if LAST:
             s = _masked(s, j, offs_m, Tk, CAUSAL, BN)
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, True)
         if IDS:
             acc = acc * gl.convert_layout(alpha, rows_o)[:, None]
             p_op = gl.convert_layout(p.to(p_op.dtype), p_op.type.layout)
@@ -244,7 +233,7 @@ if AVAILABLE:
                 s = _masked_ids(s, j0, own, (q_ids, KSEG), Tk, BN, IDS)
             if nb == 1:
                 s = _masked(s, j0, offs_m, Tk, CAUSAL, BN)
-            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale)
+            p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, qk_scale, True)
             p_op = gl.convert_layout(p.to(q_rows.dtype), p_op.type.layout)
         # Blocks 1 .. nb - 2 (relative to j0) in runs: masked, unmasked, masked.
         end = gl.maximum(nb - 1, 1)

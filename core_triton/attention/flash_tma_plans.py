@@ -149,25 +149,23 @@ def _gluon_forward(q, k, v, opts, gate_range=None, segments=None) -> LaunchPlan:
     SM, or a tile, whichever is fewer), else a program a tile."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
-    persistent = _persistent(D)
-    ids = (In("q"), In("q"), 0, 0)
-    if persistent:
+    inputs = (In("q"), In("k"), In("v"), In(gate_range or "q"))
+    if _persistent(D):
         bm, bn, w, stages, cap, qbufs = GLUON_PERSISTENT_CONFIGS[D]
         kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
         grid = (min(cdiv(Tq, bm) * B * HQ, multiprocessor_count()),)
         extra = dict(QBUFS=qbufs)
+        ids = (In("q"), In("q"), 0, 0)  # the ids and their batch strides
         if gate_range and segments and GLUON_RANGED:
             ids = (In(segments[0]), In(segments[1]), *segments[2:])
             extra["RANGED"] = True
+        params = (*inputs, *ids, opts.scale, B, Tq, Tk)
     else:
         bm, bn, w, stages, cap = GLUON_CONFIGS[D]
         kernel = flash_fwd_gluon.flash_fwd_gluon_kernel
         grid = (cdiv(Tq, bm), B * HQ)
         extra = {}
-    if persistent:
-        params = (In("q"), In("k"), In("v"), In(gate_range or "q"), *ids, opts.scale, B, Tq, Tk)
-    else:
-        params = (In("q"), In("k"), In("v"), In(gate_range or "q"), opts.scale, B, Tq, Tk)
+        params = (*inputs, opts.scale, B, Tq, Tk)
     return LaunchPlan(
         kernel=kernel,
         grid=grid,
