@@ -57,6 +57,7 @@ SHAPES = (
     (32, 1024, 1024, 16, 16, 128, True),
     (4, 8192, 8192, 16, 16, 64, False),
     (4, 8192, 8192, 16, 16, 64, True),
+    (16, 2048, 2048, 16, 16, 64, False),
     (16, 2048, 2048, 16, 16, 64, True),
     (1, 4096, 4096, 32, 4, 64, True),
     (1, 4096, 4096, 32, 4, 128, True),
@@ -93,6 +94,8 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         grid = (min(grid[0] * grid[1], sms),)
     gate = ("QRANGE" in kernel.arg_names) * (q,)
+    # The persistent kernel's ids and their batch strides (unused: not RANGED).
+    gate += ("QSEG" in kernel.arg_names) * (q, q, 0, 0)
     gate_flag = {"GATE": 0} if gate else {}
     kernel[grid](
         q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,

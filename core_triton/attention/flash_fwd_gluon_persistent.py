@@ -45,17 +45,22 @@ if AVAILABLE:
     _attend, _finish = flash_fwd_gluon._attend, flash_fwd_gluon._finish
 
     @gluon.jit
-    def _tile(k, first, step, n_m):
+    def _tile(k, first, step, n_m, CAUSAL: gl.constexpr):
         """Tile of program ``first``'s ``k``-th turn (of ``step`` programs),
         and its ``(query block, grid row)``: the tiles go (batch, head) by
         (batch, head), each row's query blocks last first (causal: the
         heaviest), so that the programs running together share the keys
         and values of a few heads in L2; turn ``k`` takes tiles ``k * step``
-        on, dealt to the programs forward in even turns and backward in odd
-        ones, which evens out the work each program gets (causal: its sum
-        of key blocks; dealt forward every turn, a program could take the
-        heavy end of a row each time, up to 1.4x the mean at T1k)."""
-        t = k * step + gl.where(k % 2 == 0, first, step - 1 - first)
+        on.  Causal: dealt to the programs forward in even turns and
+        backward in odd ones, which evens out the work each program gets
+        (its sum of key blocks; dealt forward every turn, a program could
+        take the heavy end of a row each time, up to 1.4x the mean at T1k).
+        Full: forward every turn (every tile has the same work; alternating
+        turns ran 2-5% slower on the H200 from T1k to T8k)."""
+        if CAUSAL:
+            t = k * step + gl.where(k % 2 == 0, first, step - 1 - first)
+        else:
+            t = k * step + first
         return t, n_m - 1 - t % n_m, t // n_m
 
     @gluon.jit
@@ -79,7 +84,7 @@ if AVAILABLE:
         else:
             tile_span = (0, 0, 0, 0, 1)
         for k in range(gl.cdiv(n_tiles, step)):
-            t, pid_m, pid_bh = _tile(k, first, step, n_m)
+            t, pid_m, pid_bh = _tile(k, first, step, n_m, CAUSAL)
             if t < n_tiles:
                 runs = True
                 if GATE == 1:
@@ -107,7 +112,7 @@ if AVAILABLE:
         """flash_fwd_gluon_ranged.span of the producer's tile of turn ``k``
         (a placeholder past the last)."""
         first, n_tiles, step, n_m, Tq, Tk, QRANGE, _, _ = loads[5]
-        t, pid_m, pid_bh = _tile(k, first, step, n_m)
+        t, pid_m, pid_bh = _tile(k, first, step, n_m, CAUSAL)
         if t < n_tiles:
             ranges = QRANGE + (pid_bh // HQ).to(gl.int64) * 2 * Tq
             tile_span = flash_fwd_gluon_ranged.span(ranges, pid_m * BM, Tq, Tk, CAUSAL, BM, BN)
@@ -221,7 +226,7 @@ if AVAILABLE:
                 t, tile_span = flash_fwd_gluon_ranged.handed(tile_ids, q_ready, n)
         else:
             for k in range(gl.cdiv(n_tiles, step)):
-                t, pid_m, pid_bh = _tile(k, first, step, n_m)
+                t, pid_m, pid_bh = _tile(k, first, step, n_m, CAUSAL)
                 if t < n_tiles:
                     used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL,
                                            BM, BN, 0, False)  # fmt: skip
