@@ -45,6 +45,9 @@ CHECKS = (
     (2, 4096, 4096, 4, 4, 128, True),
     (2, 1000, 1000, 4, 4, 64, True),
     (2, 2048, 2048, 4, 4, 64, False),
+    (2, 777, 513, 4, 1, 64, False),
+    (3, 300, 1000, 8, 2, 64, False),
+    (1, 1, 1, 2, 2, 64, False),
 )
 SHAPES = (
     (4, 8192, 8192, 16, 16, 128, False),
@@ -57,6 +60,7 @@ SHAPES = (
     (32, 1024, 1024, 16, 16, 128, True),
     (4, 8192, 8192, 16, 16, 64, False),
     (4, 8192, 8192, 16, 16, 64, True),
+    (8, 4096, 4096, 16, 16, 64, False),
     (16, 2048, 2048, 16, 16, 64, False),
     (16, 2048, 2048, 16, 16, 64, True),
     (1, 4096, 4096, 32, 4, 64, True),
@@ -64,6 +68,16 @@ SHAPES = (
 )
 STAGES, MAXNREG = 3, 168  # 176 leaves too few registers for 384 threads
 MODULES = os.environ.get("GLUON_FLASH_MODULES", "core").split(",")
+# Substrings of the rows to run ("D64 full,T8192"), every row without it.
+ONLY = [s for s in os.environ.get("GLUON_FLASH_ONLY", "").split(",") if s]
+
+
+def _label(B, Tq, Tk, HQ, H, D, causal):
+    return f"B{B} T{Tq} H{HQ}/{H} D{D} {'causal' if causal else 'full'}"
+
+
+def _wanted(label):
+    return not ONLY or any(s in label for s in ONLY)
 
 
 def _kernel(name):
@@ -88,8 +102,10 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
         torch.full_like(q, float("nan")),
         torch.full((B, HQ, Tq), float("nan"), device=q.device, dtype=torch.float32),
     )
-    consts = {"STAGES": STAGES, **(extra or {})}
-    grid = (triton.cdiv(Tq, 128), B * HQ)
+    consts = {"STAGES": STAGES, "BM": 128, "BN": 128, **(extra or {})}
+    # Three consumer groups (the persistent kernel's GROUPS 3) run 16 warps.
+    maxnreg = 128 if consts.get("GROUPS", 2) == 3 else MAXNREG
+    grid = (triton.cdiv(Tq, consts["BM"]), B * HQ)
     if getattr(kernel, "probe_persistent", False):
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         grid = (min(grid[0] * grid[1], sms),)
@@ -99,8 +115,8 @@ def gluon_forward(q, k, v, causal, kernel, extra=None, outputs=None):
     gate_flag = {"GATE": 0} if gate else {}
     kernel[grid](
         q, k, v, *gate, 1.0 / math.sqrt(D), B, Tq, Tk, out, lse,
-        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, BM=128, BN=128, **consts,
-        num_warps=4, maxnreg=MAXNREG,
+        HQ=HQ, H=H, D=D, CAUSAL=causal, **gate_flag, **consts,
+        num_warps=4, maxnreg=maxnreg,
     )  # fmt: skip
     return out, lse
 
@@ -131,6 +147,8 @@ def check():
     print("|---|---|---|---|---|")
     failed = 0
     for B, Tq, Tk, HQ, H, D, causal in CHECKS:
+        if not _wanted(_label(B, Tq, Tk, HQ, H, D, causal)):
+            continue
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         ref_out, ref_lse = reference(q, k, v, causal)
         for name, kernel, extra in VARIANTS:
@@ -151,19 +169,23 @@ def check():
             row = f"{B} {Tq} {Tk} {HQ} {H} {D} {causal}"
             print(f"| {row} | {name} | {err:.2e}{flag} | {lerr:.2e} | {nan} |")
     # Batch 1 holds infinities and NaN: batch 0 must not see them.
-    q, k, v = inputs(2, 1000, 1000, 2, 2, 128)
-    k[1], v[1] = float("inf"), float("nan")
-    ref_out, _ = reference(q[:1], k[:1], v[:1], False)
-    for name, kernel, extra in VARIANTS:
-        try:
-            out, lse = gluon_forward(q, k, v, False, kernel, extra)
-        except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
-            print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
-            failed += 1
+    for D in (128, 64):
+        if not _wanted(_label(2, 1000, 1000, 2, 2, D, False)):
             continue
-        clean = bool(torch.isfinite(out[0]).all()) and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
-        print(f"{name}: batch 0 untouched by batch 1's inf/NaN: {clean}")
-        failed += not clean
+        q, k, v = inputs(2, 1000, 1000, 2, 2, D)
+        k[1], v[1] = float("inf"), float("nan")
+        ref_out, _ = reference(q[:1], k[:1], v[:1], False)
+        for name, kernel, extra in VARIANTS:
+            try:
+                out, lse = gluon_forward(q, k, v, False, kernel, extra)
+            except Exception as exc:  # noqa: BLE001 - a probe reports and goes on
+                print(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
+                failed += 1
+                continue
+            clean = bool(torch.isfinite(out[0]).all())
+            clean = clean and ((out[:1].float() - ref_out).abs().max() < 2e-2).item()
+            print(f"{name} D{D}: batch 0 untouched by batch 1's inf/NaN: {clean}")
+            failed += not clean
     return failed
 
 
@@ -190,6 +212,8 @@ def timing():
     print(f"| shape | {names} | ours (plan) | SDPA cuDNN | best Gluon / cuDNN | plan / cuDNN |")
     print("|---|" + "---|" * (len(VARIANTS) + 4))
     for B, Tq, Tk, HQ, H, D, causal in SHAPES:
+        if not _wanted(_label(B, Tq, Tk, HQ, H, D, causal)):
+            continue
         q, k, v = inputs(B, Tq, Tk, HQ, H, D)
         qkv = (q, k, v)
         qkv_t = tuple(x.transpose(1, 2) for x in qkv)
@@ -211,7 +235,7 @@ def timing():
         tf = [flops / (t * 1e-6) / 1e12 for t in med]
         cells = " | ".join(f"{t:.1f} us ({f:.0f})" for t, f in zip(med, tf, strict=True))
         best = min((t for t in med[: len(VARIANTS)] if t == t), default=float("nan"))
-        print(f"| B{B} T{Tq} H{HQ}/{H} D{D} {'causal' if causal else 'full'} | {cells} | "
+        print(f"| {_label(B, Tq, Tk, HQ, H, D, causal)} | {cells} | "
               f"{med[-1] / best:.2f} | {med[-1] / med[-2]:.2f} |")  # fmt: skip
 
 

@@ -21,7 +21,9 @@ beside it do.  Same outputs, coverage and gate (``GATE``, a gated pair's
 first launch) as ``flash_fwd_gluon_kernel``.  ``RANGED`` (opt-in,
 flash_tma_plans.GLUON_RANGED): the whole of a call with segment ids or
 packed rows, the producer handing on each tile's span of key blocks with
-its number (core_triton.attention.flash_fwd_gluon_ranged).
+its number (core_triton.attention.flash_fwd_gluon_ranged).  ``GROUPS``
+3 (head dim 64 without a mask): three consumer groups on tiles of 192
+rows, which hide more of the softmax where the products are short.
 """
 
 from core_triton.attention import flash_fwd_gluon, flash_fwd_gluon_ranged
@@ -35,7 +37,6 @@ from core_triton.attention.gluon_parts import (
     gluon,
     key_blocks,
     mbarrier,
-    ring,
     tma,
     wgmma_layouts,
 )
@@ -152,7 +153,8 @@ if AVAILABLE:
         descs, q_bufs, k_bufs, v_bufs, bars, _ = loads
         q_desc, k_desc, v_desc = descs
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
-        QBUFS: gl.constexpr = q_bufs.type.shape[0] // 2
+        GROUPS: gl.constexpr = BM // q_bufs.type.shape[1]
+        QBUFS: gl.constexpr = q_bufs.type.shape[0] // GROUPS
         b = pid_bh // HQ
         hq = pid_bh % HQ
         h = hq // (HQ // H)
@@ -164,12 +166,13 @@ if AVAILABLE:
             _hand_on(loads[5][-2], n, t)
         if RANGED:
             flash_fwd_gluon_ranged.hand_on(loads[5][-2], n, t, tile_span)
-        # Each group's half on its own (a slice of a buffer has no 3-D view).
-        mbarrier.expect(q_ready.index(qb), 2 * q_desc.block_type.nbytes)
-        for half in gl.static_range(2):
+        # Each group's rows on their own (a slice of a buffer has no 3-D view).
+        ROWS: gl.constexpr = BM // GROUPS
+        mbarrier.expect(q_ready.index(qb), GROUPS * q_desc.block_type.nbytes)
+        for g in gl.static_range(GROUPS):
             tma.async_copy_global_to_shared(
-                q_desc, [b, m0 + half * (BM // 2), hq * D], q_ready.index(qb),
-                q_bufs.index(2 * qb + half).reshape([1, BM // 2, D]),
+                q_desc, [b, m0 + g * ROWS, hq * D], q_ready.index(qb),
+                q_bufs.index(GROUPS * qb + g).reshape([1, ROWS, D]),
             )  # fmt: skip
         STAGES: gl.constexpr = k_bufs.type.shape[0]
         nxt = tile_span
@@ -197,9 +200,10 @@ if AVAILABLE:
         tma.async_copy_global_to_shared(desc, coords, ready.index(slot), bufs.index(slot).reshape([1, BN, D]))
 
     @gluon.jit
-    def _consumer(HALF: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
+    def _consumer(GROUP: gl.constexpr, shared, HQ: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
                   GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, RANGED: gl.constexpr):  # fmt: skip
-        """One warp group, rows ``HALF * BM / 2`` on of each tile: the
+        """One warp group, rows ``GROUP * ROWS`` on of each tile (``ROWS``
+        64, the tile's share of each of its groups): the
         products and softmax (flash_fwd_gluon's _attend and _finish), then
         ``lse`` and the output, stored through its rows of the tile's Q
         buffer, which it then frees.  ``GATE`` 1: the tiles the producer
@@ -214,25 +218,25 @@ if AVAILABLE:
             t = _tile_handed(tile_ids, q_ready, n)
             while t >= 0:
                 pid_m = n_m - 1 - t % n_m
-                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
+                used, n = _attend_tile(GROUP, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
                                        0, False)  # fmt: skip
                 t = _tile_handed(tile_ids, q_ready, n)
         elif RANGED:
             t, tile_span = flash_fwd_gluon_ranged.handed(tile_ids, q_ready, n)
             while t >= 0:
                 pid_m = n_m - 1 - t % n_m
-                used, n = _attend_tile(HALF, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
+                used, n = _attend_tile(GROUP, shared, pid_m, t // n_m, used, n, Tq, Tk, HQ, D, CAUSAL, BM, BN,
                                        tile_span, True)  # fmt: skip
                 t, tile_span = flash_fwd_gluon_ranged.handed(tile_ids, q_ready, n)
         else:
             for k in range(gl.cdiv(n_tiles, step)):
                 t, pid_m, pid_bh = _tile(k, first, step, n_m, CAUSAL)
                 if t < n_tiles:
-                    used, n = _attend_tile(HALF, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL,
+                    used, n = _attend_tile(GROUP, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ, D, CAUSAL,
                                            BM, BN, 0, False)  # fmt: skip
 
     @gluon.jit
-    def _attend_tile(HALF: gl.constexpr, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ: gl.constexpr,
+    def _attend_tile(GROUP: gl.constexpr, shared, pid_m, pid_bh, used, n, Tq, Tk, HQ: gl.constexpr,
                      D: gl.constexpr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, tile_span,
                      RANGED: gl.constexpr):  # fmt: skip
         """One consumer group's share of one tile, its ``n``-th, whose key
@@ -241,22 +245,23 @@ if AVAILABLE:
         (flash_fwd_gluon_ranged.span), ids compared outside its run."""
         q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, _ = shared
         q_ready, q_empty, k_ready, k_empty, v_ready, v_empty = bars
-        QBUFS: gl.constexpr = q_bufs.type.shape[0] // 2
-        ROWS: gl.constexpr = BM // 2
+        ROWS: gl.constexpr = q_bufs.type.shape[1]
+        GROUPS: gl.constexpr = BM // ROWS
+        QBUFS: gl.constexpr = q_bufs.type.shape[0] // GROUPS
         dtype: gl.constexpr = q_bufs.dtype
         rows_s: gl.constexpr = gl.SliceLayout(1, wgmma_layouts(BN, D)[0])
         ring = (k_bufs, v_bufs, k_ready, k_empty, v_ready, v_empty)
         b = pid_bh // HQ
         hq = pid_bh % HQ
         m0 = pid_m * BM
-        r0 = m0 + HALF * ROWS
+        r0 = m0 + GROUP * ROWS
         offs_m = r0 + gl.arange(0, ROWS, layout=rows_s)
         if RANGED:
             n_blocks = tile_span[1]
         else:
             n_blocks = key_blocks(m0 + BM, Tk, CAUSAL, BN)
         qb = n % QBUFS
-        q_rows = q_bufs.index(2 * qb + HALF)
+        q_rows = q_bufs.index(GROUPS * qb + GROUP)
         q_phase = (n // QBUFS) & 1
         if RANGED and tile_span[4] != 2:
             # Not a whole tile (flash_fwd_gluon_ranged.span): the ranges'
@@ -275,7 +280,7 @@ if AVAILABLE:
             # plain attention's own code (the ranged loop ran 4 to 18%
             # slower on one segment).
             acc, p_op, m_i, l_i = _attend(q_ready.index(qb), q_phase, q_rows, ring, used, offs_m, n_blocks,
-                                          qk_scale, Tk, CAUSAL, BN, D, q_ready, HALF, False)  # fmt: skip
+                                          qk_scale, Tk, CAUSAL, BN, D, q_ready, GROUP, False)  # fmt: skip
             out, lse = _finish(used + n_blocks - 1, ring, acc, p_op, m_i, l_i)
         gl.store(LSE + pid_bh.to(gl.int64) * Tq + offs_m, lse, mask=offs_m < Tq)
         q_rows.store(out.to(dtype))
@@ -312,6 +317,7 @@ if AVAILABLE:
         PINGPONG: gl.constexpr = False,
         QBUFS: gl.constexpr = 2,
         RANGED: gl.constexpr = False,
+        GROUPS: gl.constexpr = 2,
     ):
         """Grid ``(programs,)``, any number (one an SM is the plan's): the
         ``cdiv(Tq, BM) * B * HQ`` tiles of flash_fwd_gluon_kernel's grid
@@ -319,37 +325,46 @@ if AVAILABLE:
         pair's first launch: the tiles without a row whose segment holds
         every key are skipped; the producer decides, the consumers run what
         it hands on), but ``PINGPONG`` must be False; ``QBUFS``: Q buffers,
-        so that the next tile's Q loads while this one runs."""
-        gl.static_assert(BM == BN, "the mask is applied to the last key block only")
+        so that the next tile's Q loads while this one runs; ``GROUPS``:
+        consumer groups of 64 rows each (``BM == 64 * GROUPS``), 3 only for
+        plain attention without a causal mask (launched with maxnreg 128:
+        16 warps), else 2 (maxnreg 168, 12 warps)."""
+        gl.static_assert(BM == BN or not CAUSAL, "the causal mask is applied to the last key block only")
         gl.static_assert(not PINGPONG, "no PINGPONG")
+        gl.static_assert(BM == 64 * GROUPS, "64 rows a consumer group")
+        gl.static_assert(GROUPS == 2 or (GROUPS == 3 and GATE == 0 and not RANGED), "3 groups: plain only")
         dtype: gl.constexpr = Q.dtype.element_ty
         layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         layout3: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=3)
         q_desc = tma.make_tensor_descriptor(
-            Q, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // 2, D], layout3
+            Q, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // GROUPS, D], layout3
         )
         o_desc = tma.make_tensor_descriptor(
-            OUT, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // 2, D], layout3
+            OUT, [B, Tq, HQ * D], [Tq * HQ * D, HQ * D, 1], [1, BM // GROUPS, D], layout3
         )
         k_desc = tma.make_tensor_descriptor(K, [B, Tk, H * D], [Tk * H * D, H * D, 1], [1, BN, D], layout3)
         v_desc = tma.make_tensor_descriptor(V, [B, Tk, H * D], [Tk * H * D, H * D, 1], [1, BN, D], layout3)
 
-        # Buffer 2 q + g holds group g's rows of the q-th Q buffer.
-        q_bufs = gl.allocate_shared_memory(dtype, [2 * QBUFS, BM // 2, D], layout)
+        # Buffer GROUPS q + g holds group g's rows of the q-th Q buffer.
+        q_bufs = gl.allocate_shared_memory(dtype, [GROUPS * QBUFS, BM // GROUPS, D], layout)
         k_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-        # Q's buffers: ready on the producer's loads, free once both groups stored through them.
-        q_ready, q_empty = ring(QBUFS)
+        # Q's buffers: ready on the producer's loads, free once every group stored through them.
+        q_ready = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
+        q_empty = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
+        for i in gl.static_range(QBUFS):
+            mbarrier.init(q_ready.index(i), count=1)
+            mbarrier.init(q_empty.index(i), count=GROUPS)
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         for i in gl.static_range(STAGES):
             mbarrier.init(k_ready.index(i), count=1)
-            mbarrier.init(k_empty.index(i), count=2)
+            mbarrier.init(k_empty.index(i), count=GROUPS)
             mbarrier.init(v_ready.index(i), count=1)
-            mbarrier.init(v_empty.index(i), count=2)
+            mbarrier.init(v_empty.index(i), count=GROUPS)
         bars = (q_ready, q_empty, k_ready, k_empty, v_ready, v_empty)
 
         n_m = gl.cdiv(Tq, BM)
@@ -369,15 +384,29 @@ if AVAILABLE:
         tiles = (first, n_tiles, step, n_m, Tq, Tk, QRANGE, tile_ids, seg)
         shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, tiles)
         loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, tiles)
-        gl.warp_specialize(
-            [
-                (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
-                (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
-                (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN, RANGED)),
-            ],
-            [4, 1],
-            [240, 24],
-        )
+        if GROUPS == 3:
+            # FlashAttention-3's split at head dim 64: three consumer groups
+            # of 160 registers (launched with maxnreg 128, 16 warps).
+            gl.warp_specialize(
+                [
+                    (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                    (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                    (_consumer, (2, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                    (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN, RANGED)),
+                ],
+                [4, 4, 1],
+                [160, 160, 24],
+            )
+        else:
+            gl.warp_specialize(
+                [
+                    (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                    (_consumer, (1, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),
+                    (_producer, (loads, HQ, H, D, CAUSAL, GATE, BM, BN, RANGED)),
+                ],
+                [4, 1],
+                [240, 24],
+            )
 
     flash_fwd_gluon_kernel.needs_global_scratch = True
 else:  # pragma: no cover

@@ -98,6 +98,19 @@ GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != 
 # plain 176.4, 236.8), 9% at T16k, and one segment is the common case.
 GLUON_RANGED = os.environ.get("TWINKERNELS_FLASH_GLUON_RANGED", "0") == "1"
 GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 168, 2)}
+# Without a mask (no causal mask, no segment ids or packed rows) at head
+# dim 64, from GLUON_FULL_MIN_LEN queries and keys on: three consumer
+# groups (FlashAttention-3's split there: ``GROUPS`` 3, 192 query rows a
+# tile, 160 registers a consumer thread, 16 warps at maxnreg 128), which
+# hide more of the softmax, relatively heavier at 64 than at 128.  (BM,
+# BN, num_warps, STAGES, maxnreg, QBUFS, GROUPS).  H200, forward alone,
+# us, two groups -> three (bench.probes.gluon_flash, 46th session; SDPA
+# cuDNN in brackets): B4 H16 T8k 2508 -> 2338 (2434), B8 T4k 1287 -> 1248
+# (1219), B16 T2k 664 -> 637 (633); three stages: 2381, 1272, 646.  A
+# causal tile of 192 rows would cross two key blocks' diagonals (the kernel
+# masks the last block only).
+GLUON_PERSISTENT_FULL_CONFIGS = {64: (192, 128, 4, 2, 128, 2, 3)}
+GLUON_FULL_MIN_LEN = 2048
 
 # The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon) for the
 # kind of call the Gluon forward takes (gluon_backward), without an lse
@@ -152,9 +165,12 @@ def _gluon_forward(q, k, v, opts, gate_range=None, segments=None) -> LaunchPlan:
     inputs = (In("q"), In("k"), In("v"), In(gate_range or "q"))
     if _persistent(D):
         bm, bn, w, stages, cap, qbufs = GLUON_PERSISTENT_CONFIGS[D]
+        extra = dict(QBUFS=qbufs, GROUPS=2)
+        if _three_groups(D, opts, gate_range, Tq, Tk):
+            bm, bn, w, stages, cap, qbufs, groups = GLUON_PERSISTENT_FULL_CONFIGS[D]
+            extra = dict(QBUFS=qbufs, GROUPS=groups)
         kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_kernel
         grid = (min(cdiv(Tq, bm) * B * HQ, multiprocessor_count()),)
-        extra = dict(QBUFS=qbufs)
         ids = (In("q"), In("q"), 0, 0)  # the ids and their batch strides
         if gate_range and segments and GLUON_RANGED:
             ids = (In(segments[0]), In(segments[1]), *segments[2:])
@@ -176,6 +192,17 @@ def _gluon_forward(q, k, v, opts, gate_range=None, segments=None) -> LaunchPlan:
         | dict(GATE=1 if gate_range and "RANGED" not in extra else 0, **extra),
         num_warps=w,
         maxnreg=cap,
+    )
+
+
+def _three_groups(D: int, opts, gate_range, Tq: int, Tk: int) -> bool:
+    """Whether the persistent forward runs three consumer groups
+    (GLUON_PERSISTENT_FULL_CONFIGS): no mask at all, long enough."""
+    return (
+        D in GLUON_PERSISTENT_FULL_CONFIGS
+        and not opts.causal
+        and gate_range is None
+        and min(Tq, Tk) >= GLUON_FULL_MIN_LEN
     )
 
 

@@ -727,7 +727,9 @@ def test_gluon_forward_persistent(monkeypatch):
     """On an sm_90 GPU the Gluon forward of plain attention (head dims 128
     and 64, half precision, from 1024 tokens) is the persistent kernel, one
     program an SM (132) or a tile where there are fewer, two Q buffers and
-    two stages; with segment ids it is a gated pair's first launch (GATE
+    two stages, two consumer groups of 64 rows (three, a tile of 192 rows
+    under maxnreg 128, at head dim 64 without a mask from 2048 tokens on);
+    with segment ids it is a gated pair's first launch (GATE
     1), and with flash.set_gluon_ranged(True) it takes the call alone
     (``RANGED``: the queries' ranges and both sides' ids and batch strides
     as parameters); flash.set_gluon_persistent(False) brings back the
@@ -753,8 +755,12 @@ def test_gluon_forward_persistent(monkeypatch):
             (plan,) = forward(16, 2048, 16, 16, options, D=D)
             assert plan.kernel is persistent and plan.grid == (132,), plan
             c = plan.constexprs
-            assert (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"], c["D"]) == (0, 2, 2, 128, 128, D), c
-            assert c["CAUSAL"] == bool(options) and plan.maxnreg == 168, (c, plan.maxnreg)
+            groups = 3 if (D, options) == (64, {}) else 2
+            got = (c["GATE"], c["STAGES"], c["QBUFS"], c["BM"], c["BN"], c["D"], c["GROUPS"])
+            assert got == (0, 2, 2, 64 * groups, 128, D, groups), c
+            assert c["CAUSAL"] == bool(options) and plan.maxnreg == (128 if groups == 3 else 168), plan
+            (short,) = forward(16, 2047, 16, 16, options, D=D)
+            assert (short.constexprs["GROUPS"], short.constexprs["BM"], short.maxnreg) == (2, 128, 168), short
             flash.set_gluon_ranged(True)
             (alone,) = forward(4, 8192, 16, 16, options, ids=True, D=D)
             flash.set_gluon_ranged(False)
@@ -767,6 +773,7 @@ def test_gluon_forward_persistent(monkeypatch):
             first, rest = forward(4, 8192, 16, 16, options, ids=True, D=D)
             assert first.kernel is persistent and first.grid == (132,), first
             assert first.constexprs["GATE"] == 1 and "RANGED" not in first.constexprs, first
+            assert (first.constexprs["GROUPS"], alone.constexprs["GROUPS"]) == (2, 2), (first, alone)
             assert first.params[3].name == "q_key_range" and rest.constexprs["GATE"] == 2, (first, rest)
         (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
         assert plan.kernel is persistent and plan.grid == (8,), plan
