@@ -1,7 +1,7 @@
 """The README's speed tables, written from the benchmarks' saved results,
 so that every figure in them can be traced to one run: the attention table
 (docs/bench-attention-h100.json, what ``python -m bench attention`` saved
-on the H100) and the Hopper flash table (docs/bench-flash-h200-44th.json,
+on the H100) and the Hopper flash table (docs/bench-flash-h200-46th-groups.json,
 what ``python -m bench flash`` saved on the H200 with the Gluon kernels).
 
 The sentence on segment ids comes from docs/bench-segments-h200-persistent.json
@@ -23,7 +23,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "bench-attention-h100.json"
-FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-44th.json"
+FLASH_RESULTS = ROOT / "docs" / "bench-flash-h200-46th-groups.json"
 SEGMENTS_RESULTS = ROOT / "docs" / "bench-segments-h200-persistent.json"
 START, END = "<!-- speed-table: written by python -m bench.readme_tables -->", "<!-- /speed-table -->"
 FLASH_START = "<!-- flash-table: written by python -m bench.readme_tables -->"
