@@ -3,11 +3,12 @@ persistent kernel: one program an SM, each taking query blocks (tiles) in
 turn, so that one tile's prologue and epilogue (its Q load, its first key
 blocks, its output store) overlap another's products instead of idling
 the SM.  The Gluon forward runs one program an SM (12 warps at 168
-registers fill the register file), so there every tile's set-up is
-exposed; at T2k causal a tile has eight key blocks on average.
+registers fill the register file; 16 at 128 with three consumer groups),
+so there every tile's set-up is exposed; at T2k causal a tile has eight
+key blocks on average.
 
 The producer warp runs ahead across tiles: it loads the next tile's Q into
-the other of ``QBUFS`` buffers (freed once both consumer groups stored the
+the other of ``QBUFS`` buffers (freed once every consumer group stored the
 output of the tile before through it) and its K and V blocks into the same
 ring, whose uses are counted across tiles.  Tiles go (batch, head) by
 (batch, head), each one's query blocks last block first (causal: the
@@ -57,7 +58,7 @@ if AVAILABLE:
         (its sum of key blocks; dealt forward every turn, a program could
         take the heavy end of a row each time, up to 1.4x the mean at T1k).
         Full: forward every turn (every tile has the same work; alternating
-        turns ran 2-5% slower on the H200 from T1k to T8k)."""
+        turns ran 0-1% slower on the H200, 46th session)."""
         if CAUSAL:
             t = k * step + gl.where(k % 2 == 0, first, step - 1 - first)
         else:
@@ -67,7 +68,7 @@ if AVAILABLE:
     @gluon.jit
     def _producer(loads, HQ: gl.constexpr, H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr,
                   GATE: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, RANGED: gl.constexpr):  # fmt: skip
-        """One warp: each tile's Q into its buffer once both groups freed
+        """One warp: each tile's Q into its buffer once every group freed
         it, then its K and V blocks into the ring (``loads``: descriptors,
         buffers, barriers, the tiles).  ``GATE`` 1: only the tiles holding
         a row whose range holds every key (gate_open), each one's number
@@ -385,8 +386,9 @@ if AVAILABLE:
         shared = (q_bufs, k_bufs, v_bufs, bars, o_desc, LSE, qk_scale, tiles)
         loads = ((q_desc, k_desc, v_desc), q_bufs, k_bufs, v_bufs, bars, tiles)
         if GROUPS == 3:
-            # FlashAttention-3's split at head dim 64: three consumer groups
-            # of 160 registers (launched with maxnreg 128, 16 warps).
+            # FlashAttention-3's split at head dim 64: three consumer groups,
+            # the two worker groups at 160 registers and the first (the
+            # launch's own warps) at what is left, 168 (maxnreg 128, 16 warps).
             gl.warp_specialize(
                 [
                     (_consumer, (0, shared, HQ, D, CAUSAL, GATE, BM, BN, RANGED)),

@@ -101,7 +101,8 @@ GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 
 # Without a mask (no causal mask, no segment ids or packed rows) at head
 # dim 64, from GLUON_FULL_MIN_LEN queries and keys on: three consumer
 # groups (FlashAttention-3's split there: ``GROUPS`` 3, 192 query rows a
-# tile, 160 registers a consumer thread, 16 warps at maxnreg 128), which
+# tile, 160 registers a thread in two groups and 168 in the first, 16
+# warps at maxnreg 128), which
 # hide more of the softmax, relatively heavier at 64 than at 128.  (BM,
 # BN, num_warps, STAGES, maxnreg, QBUFS, GROUPS).  H200, forward alone,
 # us, two groups -> three (bench.probes.gluon_flash, 46th session; SDPA

@@ -777,6 +777,15 @@ def test_gluon_forward_persistent(monkeypatch):
             assert first.params[3].name == "q_key_range" and rest.constexprs["GATE"] == 2, (first, rest)
         (plan,) = forward(1, 1024, 1, 1)  # 8 tiles: 8 programs
         assert plan.kernel is persistent and plan.grid == (8,), plan
+        # Three groups: tiles of 192 rows (11 at T2048), float16 too; the
+        # shorter side decides (keys 1024: two groups).
+        (plan,) = forward(1, 2048, 1, 1, D=64)
+        assert (plan.grid, plan.constexprs["GROUPS"]) == ((11,), 3), plan
+        q16, kv16 = _info((1, 2048, 2, 64), "float16"), _info((1, 2048, 2, 64), "float16")
+        assert flash.plans(q16, kv16, kv16)[0].forward[0].constexprs["GROUPS"] == 3
+        kv_short = _info((1, 1024, 2, 64), "bfloat16")
+        (cross,) = flash.plans(_info((1, 8192, 2, 64), "bfloat16"), kv_short, kv_short)[0].forward
+        assert cross.kernel is persistent and cross.constexprs["GROUPS"] == 2, cross
         # Its grid has one axis: (batch, head) rows past CUDA's 65535 on a
         # second axis still take it (the kernel of a program a tile not).
         (plan,) = forward(4200, 1024, 16, 16)
