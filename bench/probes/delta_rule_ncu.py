@@ -17,6 +17,7 @@ import torch
 
 import torch_api
 from bench.delta_rule import _fla, _inputs, _ours
+from bench.probes import profiled_call
 
 
 def main(argv):
@@ -34,14 +35,7 @@ def main(argv):
     def fwd_bwd():
         torch.autograd.grad(fn(leaves, cu), list(leaves.values()), do)
 
-    call = fwd if mode == "fwd" else fwd_bwd
-    call()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    profiled_call(torch, fwd if mode == "fwd" else fwd_bwd)
 
 
 if __name__ == "__main__":

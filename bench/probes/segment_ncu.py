@@ -21,6 +21,7 @@ import sys
 import torch
 
 import torch_api
+from bench.probes import profiled_call
 from core_triton.attention import flash
 
 
@@ -39,13 +40,7 @@ def main(argv):
             with torch.no_grad():
                 torch_api.flash_attention(q, k, v, causal=True, **kw)
 
-        call()
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
+        profiled_call(torch, call)
     finally:
         flash.set_gluon_ranged(False)
 
