@@ -38,6 +38,7 @@ from core_triton.attention.gluon_parts import (
     gluon,
     key_blocks,
     mbarrier,
+    ring,
     tma,
     wgmma_layouts,
 )
@@ -352,11 +353,7 @@ if AVAILABLE:
         v_bufs = gl.allocate_shared_memory(dtype, [STAGES, BN, D], layout)
         bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
         # Q's buffers: ready on the producer's loads, free once every group stored through them.
-        q_ready = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
-        q_empty = gl.allocate_shared_memory(gl.int64, [QBUFS, 1], bar_layout)
-        for i in gl.static_range(QBUFS):
-            mbarrier.init(q_ready.index(i), count=1)
-            mbarrier.init(q_empty.index(i), count=GROUPS)
+        q_ready, q_empty = ring(QBUFS, GROUPS)
         k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)

@@ -88,16 +88,16 @@ if AVAILABLE:
         return gate_open(lo, hi, T_other)
 
     @gluon.jit
-    def ring(STAGES: gl.constexpr):
+    def ring(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
         """``(ready, empty)`` mbarriers of a ring of ``STAGES`` slots: one
-        arrival (the producer's expected bytes) makes a slot ready, the two
-        consumer groups' make it empty."""
+        arrival (the producer's expected bytes) makes a slot ready, the
+        ``CONSUMERS`` consumer groups' make it empty."""
         bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=2)
+            mbarrier.init(empty.index(i), count=CONSUMERS)
         return ready, empty
 
     @gluon.jit
