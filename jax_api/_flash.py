@@ -66,21 +66,19 @@ def attention_call(options, query, key, value, softmax_aux, bias, index):
     return op(query, key, value, softmax_aux, bias, index)
 
 
-def call_options(sliding_window, causal, logits_soft_cap, softmax_scale, packed=False) -> tuple:
-    """The options of a call (checked by core.plans already) as a key;
-    ``packed``: its index arrays come from ``cu_seqlens`` (else segment
-    ids' ranges may be left to the backward: core.plans' ``ids_gate``)."""
+def call_options(sliding_window, causal, logits_soft_cap, softmax_scale) -> tuple:
+    """The options of a call (checked by core.plans already) as a key."""
     window = core.window_pair(sliding_window)
     window = None if window is None else tuple(window)
     cap, scale = (None if x is None else float(x) for x in (logits_soft_cap, softmax_scale))
-    return window, bool(causal), cap, scale, not packed
+    return window, bool(causal), cap, scale
 
 
 def _plans_for(options, q, k, v, sink, b, idx):
     """The plans for these arrays: the ones of the call, or of a folded
     batch.  Missing positions are in ``idx`` already (as ``[T]`` aranges,
     which is what core_triton plans them as)."""
-    window, causal, cap, scale, ids_gate = options
+    window, causal, cap, scale = options
     plans, _ = core.plans(
         info(q),
         info(k),
@@ -97,7 +95,6 @@ def _plans_for(options, q, k, v, sink, b, idx):
         info(idx.get("kv_positions")),
         q_key_range=info(idx.get("q_key_range")),
         kv_query_range=info(idx.get("kv_query_range")),
-        ids_gate=ids_gate,
     )
     return plans
 

@@ -98,8 +98,6 @@ def flash_attention(
     made = {}
     if launches and cu_seqlens is None:
         # Segment ids' ranges, made on the device (the ids may be traced).
-        # Where the forward reads none (plans.late_ranges) only the
-        # backward does, and XLA drops the launch from a forward alone.
         q_ids = q_segment_ids if q_segment_ids is not None else kv_segment_ids
         kv_ids = kv_segment_ids if kv_segment_ids is not None else q_segment_ids
         ranges = _ranges(jnp.asarray(q_ids), jnp.asarray(kv_ids))
@@ -114,6 +112,6 @@ def flash_attention(
         given.update((n, made.pop(n, None)) for n in given)
     idx = index_inputs(plans, *given.values(), (query.shape[1], key.shape[1]))
     idx.update(made)  # the packed ranges
-    options = call_options(sliding_window, causal, logits_soft_cap, softmax_scale, cu_seqlens is not None)
+    options = call_options(sliding_window, causal, logits_soft_cap, softmax_scale)
     out, lse = attention_call(options, query, key, value, softmax_aux, bias, idx)
     return (out, lse) if return_lse else out

@@ -53,11 +53,10 @@ def _signature(a):
     )
 
 
-def prepare(a, backward=False):
+def prepare(a):
     """Plans and launch inputs (index arrays and sinks read with unit stride;
     packed input's segment ids and positions made from its boundaries,
-    segment ids' ranges from the ids, for a forward that reads them or
-    for the ``backward``)."""
+    segment ids' ranges from the ids)."""
     try:
         key = _signature(a)
         plans, constants, ids = _memo[key]
@@ -71,11 +70,9 @@ def prepare(a, backward=False):
     for name in INDEX:
         if a[name] is not None:
             inputs[name] = a[name].detach().contiguous()
-    if ids and (backward or not plans.late_ranges):
+    if ids:
         # Packed input's index arrays from its boundaries, or segment ids'
-        # ranges from the ids (core_triton.attention.packed.prepare); an
-        # ids-gated forward reads none (plans.late_ranges: only segment
-        # ids', never packed input's), so its backward makes them.
+        # ranges from the ids (core_triton.attention.packed.prepare).
         # Kept for the next call with the same, unchanged tensors (torch_api._reuse).
         originals = tuple(a[n] for n in (*INDEX, "cu_seqlens", "cu_seqlens_k") if a[n] is not None)
 

@@ -32,8 +32,7 @@ def _forward(a):
 
 
 def _backward(a, outputs, extras, cotangents, needs, state):
-    # An ids-gated forward made no ranges (plans.late_ranges): made here.
-    plans, inputs = prepare(a, True) if state is None or state[0].late_ranges else state
+    plans, inputs = prepare(a) if state is None else state
     out, lse = outputs
     dout, dlse = cotangents
     dout = torch.zeros_like(out) if dout is None else dout.to(out.dtype)

@@ -1,9 +1,8 @@
 """Kernel times of one-segment attention against plain (torch profiler),
 causal B1 32 on 4 heads bf16: which launch costs what, forward and
 forward+backward, beside the elapsed time a call (CUDA events, 20 calls
-back to back); "(ranges' pair)": the gated pair of the ranges made
-before the forward (flash.set_ids_gate(False)), not the ids-gated pair
-(flash.ids_gated_pair, the plan's pick up to 4096 keys).  Offline probe."""
+back to back); "(pair)": the persistent Gluon forward as a gated pair's
+first launch (flash.set_gluon_ranged(False)), not alone.  Offline probe."""
 
 import contextlib
 
@@ -51,17 +50,17 @@ def _report(label, step):
 
 
 @contextlib.contextmanager
-def _ranges_pair(on: bool):
-    """Segment ids as the ranges' gated pair (``on``) or as the plan has
-    them, then as before."""
+def _paired(on: bool):
+    """Segment ids as gated pairs (``on``) or through the persistent Gluon
+    forward alone, then as before."""
     from core_triton.attention import flash, flash_tma_plans
 
-    before = flash_tma_plans.IDS_GATE
-    flash.set_ids_gate(before and not on)
+    before = flash_tma_plans.GLUON_RANGED
+    flash.set_gluon_ranged(before and not on)
     try:
         yield
     finally:
-        flash.set_ids_gate(before)
+        flash.set_gluon_ranged(before)
 
 
 def main():
@@ -69,7 +68,7 @@ def main():
 
     if sys.argv[1:] == ["docs"]:
         return docs()
-    for T, D in ((4096, 64), (4096, 128)):
+    for T, D in ((4096, 64), (4096, 128), (16384, 64)):
         g = torch.Generator(device="cuda").manual_seed(0)
         q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
         k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
@@ -82,7 +81,7 @@ def main():
                 ("plain", {}),
                 ("segment ids", {"q_segment_ids": ids}),
                 ("segment ids, new each call", {"q_segment_ids": None}),
-                ("segment ids, new each call (ranges' pair)", {"q_segment_ids": None}),
+                ("segment ids, new each call (pair)", {"q_segment_ids": None}),
                 ("cu_seqlens", {"cu_seqlens": cu}),
             ):
 
@@ -97,13 +96,13 @@ def main():
                     out = torch_api.flash_attention(*leaves, causal=True, **kw)
                     torch.autograd.grad(out, leaves, do)
 
-                with _ranges_pair(name.endswith("(ranges' pair)")):
+                with _paired(name.endswith("(pair)")):
                     _report(f"T={T} D={D} {'fwd+bwd' if backward else 'fwd'} {name}", step)
 
 
 def docs():
     """Forward kernel times of packed documents (``docs``: 4, 64 equal ones)."""
-    for T, D, n in ((4096, 128, 4), (4096, 128, 64), (4096, 64, 4), (4096, 64, 64)):
+    for T, D, n in ((4096, 128, 4), (4096, 128, 64), (4096, 64, 64), (16384, 128, 64)):
         g = torch.Generator(device="cuda").manual_seed(0)
         q = torch.randn(1, T, 32, D, device="cuda", dtype=torch.bfloat16, generator=g)
         k, v = (torch.randn(1, T, 4, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
@@ -112,15 +111,16 @@ def docs():
         inputs = {
             "plain": {},
             "segment ids": {"q_segment_ids": ids},
-            "segment ids (ranges' pair)": {"q_segment_ids": ids},
+            "segment ids (pair)": {"q_segment_ids": ids},
             "cu_seqlens": {"cu_seqlens": cu},
+            "cu_seqlens (pair)": {"cu_seqlens": cu},
         }
         for name, kw in inputs.items():
 
             def step(kw=kw, qkv=(q, k, v)):
                 torch_api.flash_attention(*qkv, causal=True, **kw)
 
-            with _ranges_pair(name.endswith("(ranges' pair)")):
+            with _paired(name.endswith("(pair)")):
                 _report(f"T={T} D={D} docs={n} fwd {name}", step)
 
 

@@ -123,17 +123,6 @@ def set_gluon_ranged(on: bool) -> None:
     replan()
 
 
-def set_ids_gate(on: bool) -> None:
-    """Whether a call with segment ids (not packed input) runs as an
-    ids-gated pair where the persistent Gluon forward takes it (on by
-    default; flash_tma_plans.IDS_GATE says where); off: the gated pair of
-    the ranges, made before the forward.  Plans made before are dropped."""
-    if not isinstance(on, bool):
-        raise TypeError(f"on must be a bool, got {type(on).__name__}")
-    flash_tma_plans.IDS_GATE = on
-    replan()
-
-
 def set_gluon_backward(mode: str) -> None:
     """The Gluon backward (flash_bwd_dq_gluon, flash_bwd_dkdv_gluon):
     "auto" (sm_90 GPUs, long sequences), "on" (every length on a GPU,
@@ -207,9 +196,6 @@ class AttentionPlans:
     dbias: Callable[[TensorInfo], LaunchPlan | None]
     qoff: tuple[int, ...]
     koff: tuple[int, ...]
-    # The forward reads no ranges (an ids-gated pair): a binding makes the
-    # segment ids' ranges for the backward only (where it makes them itself).
-    late_ranges: bool = False
 
 
 def gated_pair(
@@ -257,28 +243,6 @@ def gated_pair(
     return whole, rest
 
 
-def ids_gated_pair(plan: LaunchPlan, first: LaunchPlan) -> tuple[LaunchPlan, LaunchPlan]:
-    """A forward with segment ids as two launches that read no ranges
-    (flash_tma_plans.ids_gated): ``first`` (flash_fwd_gluon_ids_kernel)
-    runs the batch rows whose queries and keys all hold one id, as plain
-    attention, and writes which (``one_segment``); then the ranged kernel
-    (``plan``, GATE 3) runs every block of the other rows, each finding its
-    key range from the ids (flash_common.ids_runs), into the first one's
-    outputs.  So no launch makes ranges before the forward; the backward's
-    launches read them, made then (``AttentionPlans.late_ranges``)."""
-    n = len(plan.outputs)
-    # QRANGE reads the first launch's bits; KRANGE is never read forward.
-    swap = {In("q_key_range"): In("one_segment"), In("kv_query_range"): In("q")}
-    params = tuple(swap.get(p, p) if isinstance(p, In) else p for p in plan.params[:-n])
-    rest = dataclasses.replace(
-        plan,
-        params=(*params, *(In(name) for name in plan.output_names)),
-        constexprs={**plan.constexprs, "GATE": 3},
-        aliases=tuple(enumerate(plan.output_names)),
-    )
-    return first, rest
-
-
 def _strides_or_zero(info: TensorInfo | None, n: int) -> tuple[int, ...]:
     """Strides of an optional input (0 for a broadcast size-1 dim; a 1-D
     ``[T]`` array read as ``[B, T]`` gets batch stride 0)."""
@@ -306,7 +270,6 @@ def attention_plans(
     qoff: tuple[int, ...] = (0,),
     koff: tuple[int, ...] = (0,),
     has_range: bool = False,
-    ids_gate: bool = False,
 ) -> AttentionPlans:
     """Plans for one (query block, key block) pair.  ``q_seg``/``kv_seg``:
     either may be the other (one given for both); explicit positions need
@@ -488,13 +451,9 @@ def attention_plans(
         # Plain but for the ids: plain attention's own forward for the rows
         # that see every key (the warp-specialised one where it takes them).
         ids = (seg_q, seg_k, aux_strides[2], aux_strides[3]) if has_seg else None
-        ws = ws_forward(
-            q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, "q_key_range", ids, ids_gate
-        )  # fmt: skip
+        ws = ws_forward(q, k, v, opts, sink, out_dtype, like_plain, n_sink, n_sink, "q_key_range", ids)
         if ws is not None and ws.constexprs.get("RANGED"):
             forward = (ws,)  # the persistent Gluon forward takes the ids itself
-        elif ws is not None and "one_segment" in ws.output_names:
-            forward = ids_gated_pair(forward, ws)
         else:
             forward = gated_pair(forward, ws, kernel_and_grid(("fwd", "BM"), FWD_CONFIGS, Tq, B * HQ, False))
     else:
@@ -521,8 +480,7 @@ def attention_plans(
     shared = GradShared(q, k, v, bias, common, grad_params, aux_strides, grad_dtype, config,
                         kernel_and_grid, gated_pair if ranged else None, hopper)  # fmt: skip
     grads, dbias = backward_plans(shared)
-    late = forward[0].output_names[-1] == "one_segment"
-    return AttentionPlans(forward, grads, dbias, tuple(qoff), tuple(koff), late)
+    return AttentionPlans(forward, grads, dbias, tuple(qoff), tuple(koff))
 
 
 @cached_checks(maxsize=1024)
@@ -543,7 +501,6 @@ def plans(
     return_lse=False,
     q_key_range: TensorInfo | None = None,
     kv_query_range: TensorInfo | None = None,
-    ids_gate: bool = False,
 ) -> tuple[AttentionPlans, bool]:
     """Check the arguments of ``flash_attention`` and plan its launches;
     returns ``(plans, return_lse)``.  With explicit positions, a missing one
@@ -584,7 +541,6 @@ def plans(
             q_positions,
             kv_positions,
             has_range=q_key_range is not None and kv_query_range is not None,
-            ids_gate=ids_gate,
         ),
         return_lse,
     )

@@ -29,9 +29,6 @@ def call_plans(
         **call.planned(index),
         q_key_range=index.get("q_key_range"),
         kv_query_range=index.get("kv_query_range"),
-        # Ranges made from segment ids may wait for the backward (an
-        # ids-gated pair reads none); packed input's come with its ids.
-        ids_gate=call.cu_seqlens is None,
     )
     return plans, return_lse, index, launches
 

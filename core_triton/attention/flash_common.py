@@ -40,7 +40,6 @@ changes, never a result.
 import triton
 import triton.language as tl
 
-from core_triton.attention.segment_ranges import scan_other
 from core_triton.common.kernel_helpers import hint16
 
 # Stand-in for +-infinity in int32 position arithmetic (|positions| < 2**29).
@@ -49,9 +48,6 @@ POS_INF_INT = 1 << 30
 POS_INF = tl.constexpr(POS_INF_INT)
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
-# Ids a step of ids_runs' pass (its vectors live before the key loop, whose
-# registers they would otherwise compete with).
-IDS_SCAN = tl.constexpr(512)
 
 # The strides a flash kernel's DIV16 speaks of, bit ``i`` for the ``i``-th
 # (flash_configs.stride_hint_bits sets them): the row strides of q, k, v and
@@ -254,29 +250,6 @@ def range_runs(t, RANGE, offs, valid, T, BLK: tl.constexpr, HAS_RANGE: tl.conste
         lo, hi, in_lo, in_hi = other_range(RANGE, offs, valid, T)
         t = inner_runs(clamp_runs(t, lo, hi, BLK), in_lo, in_hi, BLK)
     return t
-
-
-@triton.jit
-def ids_runs(t, KSEG_b, T_other, qr, BLK: tl.constexpr):
-    """:func:`range_runs` of a block whose key range comes from the ids
-    themselves, for a launch with no ranges (an ids-gated pair's second,
-    flash.ids_gated_pair): one pass over this batch row's key ids
-    ``KSEG_b [T_other]`` (segment_ranges.scan_other, IDS_SCAN ids a step)
-    for the block's ids ``qr[2] .. qr[3]`` (id_ranges over its valid
-    rows).  A sorted key row gives ``[keys below smin, keys up to smax)``, which holds every key
-    any row sees (and others only where the block's ids skip one the keys
-    have: those are masked by the ids); exact when the block holds one id,
-    and then its unmasked middle run too.  An unsorted row gives the
-    bound from the first to the last key whose id lies in ``[smin,
-    smax]``, every tile of it masked."""
-    smin = qr[2]
-    smax = qr[3]
-    descents, first_hit, last_hit, n_below, n_upto = scan_other(KSEG_b, T_other, smin, smax, IDS_SCAN)
-    sorted_ = descents == 0
-    lo = tl.where(sorted_, n_below, tl.where(last_hit >= 0, first_hit, 0))
-    hi = tl.where(sorted_, n_upto, last_hit + 1)
-    in_hi = tl.where(sorted_ & (smin == smax), hi, lo)
-    return inner_runs(clamp_runs(t, lo, hi, BLK), lo, in_hi, BLK)
 
 
 @triton.jit

@@ -30,7 +30,6 @@ from core_triton.attention.flash_common import (
     gated_rows,
     hinted_strides,
     id_ranges,
-    ids_runs,
     load_tile,
     mask_scores,
     piece_runs,
@@ -227,10 +226,7 @@ def flash_fwd_kernel(
 ):
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
-    # (flash_common.gated_rows) and writes OUT/LSE in full for the others;
-    # 3, an ids-gated pair's second (flash.ids_gated_pair): QRANGE is the
-    # first launch's one-segment bits, and a block's key range comes from
-    # the ids (flash_common.ids_runs).
+    # (flash_common.gated_rows) and writes OUT/LSE in full for the others.
     # OUT_IN/LSE_IN: the same buffers as OUT/LSE, passed so that the second
     # launch can alias them; never read.
     # EDGE_STAGES: the pipeline's stages in the ranged kernel's masked runs
@@ -252,12 +248,7 @@ def flash_fwd_kernel(
     offs_m = pid_m * BM + tl.arange(0, BM)
     qvalid = offs_m < Tq
     QRANGE_b = QRANGE + b64 * 2 * Tq
-    if GATE == 3:
-        # An ids-gated pair's second launch: the batch rows of one segment
-        # were the first launch's (QRANGE: its bits, flash_fwd_gluon_ids_kernel).
-        if (tl.load(QRANGE) >> b) & 1 != 0:
-            return
-    elif GATE != 0:
+    if GATE != 0:
         # A block with no row of this launch's kind has nothing to do.
         if tl.max(gated_rows(QRANGE_b, offs_m, qvalid, Tq, Tk, GATE).to(tl.int32), 0) == 0:
             return
@@ -310,11 +301,7 @@ def flash_fwd_kernel(
         end, koff, t = piece_runs(p, NKP, k_chunk, Tk, KOFF, visible, BN, POS_MODE)
         # Packed input and segment ids: only the key blocks of this block's
         # segments.
-        if GATE == 3:
-            # No ranges: the block's key range from the ids.
-            t = ids_runs(t, KSEG_b, Tk, qr, BN)
-        else:
-            t = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
+        t = range_runs(t, QRANGE_b, offs_m, qvalid, Tq, BN, HAS_RANGE)
         # Three runs of key blocks: edge blocks with the mask, fully allowed
         # blocks without it, edge blocks again (explicit positions: one run,
         # all masked).

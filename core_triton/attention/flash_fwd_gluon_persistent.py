@@ -94,18 +94,13 @@ if AVAILABLE:
                     ranges = QRANGE + (pid_bh // HQ).to(gl.int64) * 2 * Tq
                     lo, hi = gate_rows(ranges, pid_m * BM, Tq, BM, 1)
                     runs = gate_open(lo, hi, Tk)
-                elif GATE == 2:
-                    # QRANGE is the prologue's one-segment bits here
-                    # (_one_segment_bits): a batch row of one segment runs
-                    # every tile, any other none.
-                    runs = ((QRANGE >> (pid_bh // HQ)) & 1) != 0
                 if runs:
                     tile = (t, pid_m, pid_bh)
                     if not RANGED:
                         tile_span = (0, key_blocks(pid_m * BM + BM, Tk, CAUSAL, BN), 0, 0, 1)
                     used, n, tile_span = _load_tile(loads, tile, tile_span, used, n, HQ, H, D, GATE, BM, BN,
                                                     RANGED, k + 1, CAUSAL)  # fmt: skip
-        if GATE != 0 or RANGED:
+        if GATE == 1 or RANGED:
             q_ready, q_empty = loads[4][:2]
             QBUFS: gl.constexpr = tile_ids.type.shape[0]
             mbarrier.wait(q_empty.index(n % QBUFS), ((n // QBUFS) & 1) ^ 1)
@@ -169,7 +164,7 @@ if AVAILABLE:
         qb = n % QBUFS
         mbarrier.wait(q_empty.index(qb), ((n // QBUFS) & 1) ^ 1)
         j0, nb = tile_span[0], tile_span[1]
-        if GATE != 0:
+        if GATE == 1:
             _hand_on(loads[5][-2], n, t)
         if RANGED:
             flash_fwd_gluon_ranged.hand_on(loads[5][-2], n, t, tile_span)
@@ -220,7 +215,7 @@ if AVAILABLE:
         used = 0
         n = 0
         q_ready = shared[3][0]
-        if GATE != 0:
+        if GATE == 1:
             # The producer's tiles, as it hands them on.
             t = _tile_handed(tile_ids, q_ready, n)
             while t >= 0:
@@ -336,95 +331,8 @@ if AVAILABLE:
         consumer groups of 64 rows each (``BM == 64 * GROUPS``), 3 only for
         plain attention without a causal mask (launched with maxnreg 128:
         16 warps), else 2 (maxnreg 168, 12 warps)."""
-        gl.static_assert(not PINGPONG, "no PINGPONG")
-        gl.static_assert(GATE != 2, "GATE 2 is flash_fwd_gluon_ids_kernel's")
-        _run(Q, K, V, QRANGE, QSEG, KSEG, stride_qs, stride_ks, scale, B, Tq, Tk, OUT, LSE, HQ, H, D, CAUSAL,
-             GATE, BM, BN, STAGES, QBUFS, RANGED, GROUPS)  # fmt: skip
-
-    @gluon.jit(do_not_specialize=["stride_qs", "stride_ks", "B", "Tq", "Tk"])
-    def flash_fwd_gluon_ids_kernel(
-        Q,
-        K,
-        V,
-        QSEG,
-        KSEG,
-        stride_qs,
-        stride_ks,
-        scale,
-        B,
-        Tq,
-        Tk,
-        OUT,
-        LSE,
-        ONE_SEGMENT,
-        HQ: gl.constexpr,
-        H: gl.constexpr,
-        D: gl.constexpr,
-        CAUSAL: gl.constexpr,
-        BM: gl.constexpr,
-        BN: gl.constexpr,
-        STAGES: gl.constexpr,
-        QBUFS: gl.constexpr = 2,
-        GROUPS: gl.constexpr = 2,
-    ):
-        """The first launch of an ids-gated pair (flash.ids_gated_pair):
-        flash_fwd_gluon_kernel's (``GATE`` 2) over the batch rows whose
-        queries and keys all hold one segment id (``B <= 32``; ids
-        ``QSEG [B, Tq]``, ``KSEG [B, Tk]`` int32/int64, unit stride along
-        time, batch strides ``stride_qs``/``stride_ks``), which attend as
-        without ids; it skips every tile of the others.  Each program finds
-        those rows itself (_one_segment_bits: no ranges, so no launch before
-        this one); the first writes them as bits, ``ONE_SEGMENT [1]`` int32
-        (bit ``b``: batch row ``b``), for the second launch, which runs the
-        other rows' tiles."""
-        bits = _one_segment_bits(QSEG, KSEG, stride_qs, stride_ks, B, Tq, Tk)
-        if gl.program_id(0) == 0:
-            one: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-            gl.store(ONE_SEGMENT + gl.arange(0, 1, layout=one), gl.full([1], bits, gl.int32, one))
-        _run(Q, K, V, bits, QSEG, KSEG, stride_qs, stride_ks, scale, B, Tq, Tk, OUT, LSE, HQ, H, D, CAUSAL,
-             2, BM, BN, STAGES, QBUFS, False, GROUPS)  # fmt: skip
-
-    @gluon.jit
-    def _ids_span(IDS, T, lo, hi, offs):
-        """``(lo, hi)`` folded with ``IDS [T]`` (read as int32, as the flash
-        kernels compare ids), each lane its own running min and max."""
-        CH: gl.constexpr = offs.type.shape[0]
-        for s in range(0, T, CH):
-            i = s + offs
-            inside = i < T
-            x = gl.load(IDS + i, mask=inside, other=0).to(gl.int32)
-            lo = gl.minimum(lo, gl.where(inside, x, 2147483647))
-            hi = gl.maximum(hi, gl.where(inside, x, -2147483648))
-        return lo, hi
-
-    @gluon.jit
-    def _one_segment_bits(QSEG, KSEG, stride_qs, stride_ks, B, Tq, Tk):
-        """Bit ``b`` set: batch row ``b``'s queries and keys all hold one id
-        (the rows a gated pair's first launch runs: each of their queries'
-        ranges is every key).  One pass over both sides' ids, 4 warps (the
-        launch's own, before they split into partitions), 4096 ids a step;
-        ``B <= 32`` (the plan's)."""
-        layout: gl.constexpr = gl.BlockedLayout([8], [32], [4], [0])
-        offs = gl.arange(0, 4096, layout=layout)
-        bits = Tq * 0
-        for b in range(B):
-            lo = gl.full([4096], 2147483647, gl.int32, layout)
-            hi = gl.full([4096], -2147483648, gl.int32, layout)
-            lo, hi = _ids_span(QSEG + b.to(gl.int64) * stride_qs, Tq, lo, hi, offs)
-            lo, hi = _ids_span(KSEG + b.to(gl.int64) * stride_ks, Tk, lo, hi, offs)
-            same = gl.min(lo, 0) == gl.max(hi, 0)
-            bits = bits | (same.to(gl.int32) << b)
-        return bits
-
-    @gluon.jit
-    def _run(Q, K, V, QRANGE, QSEG, KSEG, stride_qs, stride_ks, scale, B, Tq, Tk, OUT, LSE, HQ: gl.constexpr,
-             H: gl.constexpr, D: gl.constexpr, CAUSAL: gl.constexpr, GATE: gl.constexpr, BM: gl.constexpr,
-             BN: gl.constexpr, STAGES: gl.constexpr, QBUFS: gl.constexpr, RANGED: gl.constexpr,
-             GROUPS: gl.constexpr):  # fmt: skip
-        """The kernels' body: descriptors, buffers and barriers, then the
-        partitions.  ``QRANGE``: the queries' ranges (``GATE`` 1,
-        ``RANGED``), or the one-segment bits (``GATE`` 2)."""
         gl.static_assert(BM == BN or not CAUSAL, "the causal mask is applied to the last key block only")
+        gl.static_assert(not PINGPONG, "no PINGPONG")
         gl.static_assert(BM == 64 * GROUPS, "64 rows a consumer group")
         gl.static_assert(GROUPS == 2 or (GROUPS == 3 and GATE == 0 and not RANGED), "3 groups: plain only")
         dtype: gl.constexpr = Q.dtype.element_ty
@@ -462,7 +370,7 @@ if AVAILABLE:
         first = gl.program_id(0)
         step = gl.num_programs(0)
         qk_scale = scale * LOG2E
-        if GATE != 0:
+        if GATE == 1:
             # Beside each Q buffer, the number of the tile it holds.
             tile_ids = gl.allocate_shared_memory(gl.int32, [QBUFS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
         elif RANGED:
@@ -500,6 +408,5 @@ if AVAILABLE:
             )
 
     flash_fwd_gluon_kernel.needs_global_scratch = True
-    flash_fwd_gluon_ids_kernel.needs_global_scratch = True
 else:  # pragma: no cover
-    flash_fwd_gluon_kernel = flash_fwd_gluon_ids_kernel = None
+    flash_fwd_gluon_kernel = None

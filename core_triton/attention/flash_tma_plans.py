@@ -98,20 +98,6 @@ GLUON_PERSISTENT = os.environ.get("TWINKERNELS_FLASH_GLUON_PERSISTENT", "1") != 
 # plain 176.4, 236.8), 9% at T16k, and one segment is the common case.
 GLUON_RANGED = os.environ.get("TWINKERNELS_FLASH_GLUON_RANGED", "0") == "1"
 GLUON_PERSISTENT_CONFIGS = {128: (128, 128, 4, 2, 168, 2), 64: (128, 128, 4, 2, 168, 2)}
-# Segment ids (not packed rows) as an ids-gated pair (flash.ids_gated_pair):
-# the persistent kernel's first launch finds the batch rows of one segment
-# from the ids itself (flash_fwd_gluon_ids_kernel) and the ranged Triton
-# kernel's second takes the others, each of its blocks finding its key range
-# in one pass over the row's key ids (flash_common.ids_runs): no ranges
-# launch before the forward (the backward makes them).  Where a gated pair
-# would take the persistent kernel, up to IDS_GATE_MAX_BATCH batch rows (the
-# first launch's bits) and IDS_GATE_MAX_KEYS keys (each block of the second
-# launch reads the key row whole; past it the ranges' launch costs a small
-# share of the call).  TWINKERNELS_FLASH_IDS_GATE=0 before import, or
-# flash.set_ids_gate(False), keeps the ranges' pair.
-IDS_GATE = os.environ.get("TWINKERNELS_FLASH_IDS_GATE", "1") != "0"
-IDS_GATE_MAX_BATCH = 32
-IDS_GATE_MAX_KEYS = 4096
 # Without a mask (no causal mask, no segment ids or packed rows) at head
 # dim 64, from GLUON_FULL_MIN_LEN queries and keys on: three consumer
 # groups (FlashAttention-3's split there: ``GROUPS`` 3, 192 query rows a
@@ -169,10 +155,10 @@ def _gluon_wanted(mode: str, min_len: int, Tq: int, Tk: int) -> bool:
     return _switched_on(mode, min_len, Tq, Tk)
 
 
-def _gluon_forward(q, k, v, opts, gate_range=None, segments=None, ids_gate=False) -> LaunchPlan:
+def _gluon_forward(q, k, v, opts, gate_range=None, segments=None) -> LaunchPlan:
     """The forward through flash_fwd_gluon_kernel (parameters ``q, k, v``,
     the queries' ranges or a placeholder, scale, sizes; outputs ``out,
-    lse``); ``gate_range``, ``segments`` and ``ids_gate`` as ws_forward's.  The
+    lse``); ``gate_range`` and ``segments`` as ws_forward's.  The
     persistent kernel where GLUON_PERSISTENT has a config (one program an
     SM, or a tile, whichever is fewer), else a program a tile."""
     B, Tq, HQ, D = q.shape
@@ -190,8 +176,6 @@ def _gluon_forward(q, k, v, opts, gate_range=None, segments=None, ids_gate=False
         if gate_range and segments and GLUON_RANGED:
             ids = (In(segments[0]), In(segments[1]), *segments[2:])
             extra["RANGED"] = True
-        elif gate_range and segments and ids_gate and ids_gated(B, Tk):
-            return _ids_first_launch(q, k, opts, segments, grid, (bm, bn, w, stages, cap, qbufs))
         params = (*inputs, *ids, opts.scale, B, Tq, Tk)
     else:
         bm, bn, w, stages, cap = GLUON_CONFIGS[D]
@@ -207,47 +191,6 @@ def _gluon_forward(q, k, v, opts, gate_range=None, segments=None, ids_gate=False
         output_names=("out", "lse"),
         constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, BM=bm, BN=bn, STAGES=stages)
         | dict(GATE=1 if gate_range and "RANGED" not in extra else 0, **extra),
-        num_warps=w,
-        maxnreg=cap,
-    )
-
-
-def ids_gated(B: int, Tk: int) -> bool:
-    """Whether a gated call with segment ids runs as an ids-gated pair
-    (IDS_GATE), where the persistent Gluon forward takes it."""
-    return IDS_GATE and B <= IDS_GATE_MAX_BATCH and Tk <= IDS_GATE_MAX_KEYS
-
-
-def _ids_first_launch(q, k, opts, segments, grid, config) -> LaunchPlan:
-    """flash_fwd_gluon_ids_kernel's launch (an ids-gated pair's first):
-    parameters ``q, k, v``, the ids and their batch strides, scale, sizes;
-    outputs ``out``, ``lse`` and ``one_segment [1]`` int32, the batch rows
-    it ran (bits), which the second launch reads."""
-    B, Tq, HQ, D = q.shape
-    _, Tk, H, _ = k.shape
-    bm, bn, w, stages, cap, qbufs = config
-    return LaunchPlan(
-        kernel=flash_fwd_gluon_persistent.flash_fwd_gluon_ids_kernel,
-        grid=grid,
-        params=(
-            In("q"),
-            In("k"),
-            In("v"),
-            *(In(n) for n in segments[:2]),
-            *segments[2:],
-            opts.scale,
-            B,
-            Tq,
-            Tk,
-        ),
-        outputs=(
-            OutputSpec((B, Tq, HQ, D), q.dtype),
-            OutputSpec((B, HQ, Tq), "float32"),
-            OutputSpec((1,), "int32"),
-        ),
-        output_names=("out", "lse", "one_segment"),
-        constexprs=dict(HQ=HQ, H=H, D=D, CAUSAL=opts.causal, BM=bm, BN=bn, STAGES=stages)
-        | dict(QBUFS=qbufs, GROUPS=2),
         num_warps=w,
         maxnreg=cap,
     )
@@ -291,7 +234,7 @@ def _applies(q, k, v, opts, plain, out_dtype) -> bool:
 
 
 def ws_forward(
-    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None, segments=None, ids_gate=False
+    q, k, v, opts, sink, out_dtype, plain, n_sink, sink_stride, gate_range=None, segments=None
 ) -> LaunchPlan | None:
     """The forward through flash_fwd_gluon_kernel where it applies (see
     _gluon_forward; no sinks), else through
@@ -304,10 +247,7 @@ def ws_forward(
     segment ids).  ``segments``: with ``gate_range``, the names of the
     queries' and keys' ids and their batch strides, for the persistent
     Gluon forward to take the whole call alone (``RANGED``, GLUON_RANGED;
-    the plan's ``constexprs`` say so), not as a pair's first launch;
-    ``ids_gate``: the ranges are made from segment ids (not packed rows),
-    so the call may run as an ids-gated pair (ids_gated), whose first
-    launch this then is (its outputs end with ``one_segment``)."""
+    the plan's ``constexprs`` say so), not as a pair's first launch."""
     B, Tq, HQ, D = q.shape
     _, Tk, H, _ = k.shape
     if not _applies(q, k, v, opts, plain, out_dtype):
@@ -315,7 +255,7 @@ def ws_forward(
     gluon = _gluon_wanted(GLUON_FORWARD, GLUON_MIN_LEN, Tq, Tk)
     tiled = D in GLUON_CONFIGS and B * HQ <= GRID_Y_MAX
     if gluon and sink is None and (_persistent(D) or tiled):
-        return _gluon_forward(q, k, v, opts, gate_range, segments, ids_gate)
+        return _gluon_forward(q, k, v, opts, gate_range, segments)
     if D not in WS_CONFIGS or not _switched_on(WS_FORWARD, WS_MIN_LEN, Tq, Tk):
         return None
     bm, bn, w, s = _WS_INTERPRETED if interpreter_requested() else WS_CONFIGS[D]

@@ -90,45 +90,6 @@ def _bounds(OTHER, s, valid, T_other, n_iter, WAYS: tl.constexpr):
 
 
 @triton.jit
-def scan_other(OTHER, T_other, smin, smax, SCAN: tl.constexpr):
-    """One pass over the other side's row ``OTHER [T_other]`` (ids read as
-    int32), for a block of this side whose ids lie in ``[smin, smax]``:
-    ``(descents, first_hit, last_hit, n_below, n_upto)``, the times the row
-    decreases (0: sorted), the first and last index whose id lies in
-    ``[smin, smax]`` (``T_other`` and -1 without one; the bound an
-    unsorted row gets), and the counts of ids below ``smin`` and up to
-    ``smax`` (a sorted row's range of a block of one id, in searchsorted's
-    terms, with no search).  ``SCAN`` ids a step.  Each lane keeps its own
-    tally across the pass and they are reduced once after it: a reduction
-    a step (five of them, each through shared memory) made the pass a
-    chain of waits."""
-    descents = tl.zeros([SCAN], tl.int32)
-    first_hit = tl.zeros([SCAN], tl.int32) + T_other
-    last_hit = tl.zeros([SCAN], tl.int32) - 1
-    n_below = tl.zeros([SCAN], tl.int32)
-    n_upto = tl.zeros([SCAN], tl.int32)
-    for c in range(0, T_other, SCAN):
-        j = c + tl.arange(0, SCAN)
-        inside = j < T_other
-        pair = j + 1 < T_other
-        x = tl.load(OTHER + j, mask=inside, other=0).to(tl.int32)
-        y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
-        descents += (pair & (x > y)).to(tl.int32)
-        hit = inside & (x >= smin) & (x <= smax)
-        first_hit = tl.minimum(first_hit, tl.where(hit, j, T_other))
-        last_hit = tl.maximum(last_hit, tl.where(hit, j, -1))
-        n_below += (inside & (x < smin)).to(tl.int32)
-        n_upto += (inside & (x <= smax)).to(tl.int32)
-    return (
-        tl.sum(descents, 0),
-        tl.min(first_hit, 0),
-        tl.max(last_hit, 0),
-        tl.sum(n_below, 0),
-        tl.sum(n_upto, 0),
-    )
-
-
-@triton.jit
 def _side_ranges(
     OWN,
     OTHER,
@@ -150,8 +111,37 @@ def _side_ranges(
     smin = tl.min(tl.where(valid, s, 2147483647), 0)
     smax = tl.max(tl.where(valid, s, -2147483648), 0)
     # One pass over the other row (every program reads it whole: one launch,
-    # no second pass, and ids are small next to the attention's inputs).
-    descents, first_hit, last_hit, n_below, n_upto = scan_other(OTHER, T_other, smin, smax, SCAN)
+    # no second pass, and ids are small next to the attention's inputs):
+    # does it ever decrease, and where are its tokens whose id lies in this
+    # block's [smin, smax] (the bound an unsorted row gets)?  Also the
+    # tokens of the other row below smin and up to smax: where this block
+    # holds one id (smin == smax) and the row is sorted, its range in
+    # searchsorted's terms, with no search.  Each lane keeps its own tally
+    # across the pass and they are reduced once after it: a reduction a
+    # step (five of them, each through shared memory) made the pass a chain
+    # of waits.
+    descents = tl.zeros([SCAN], tl.int32)
+    first_hit = tl.zeros([SCAN], tl.int32) + T_other
+    last_hit = tl.zeros([SCAN], tl.int32) - 1
+    n_below = tl.zeros([SCAN], tl.int32)
+    n_upto = tl.zeros([SCAN], tl.int32)
+    for c in range(0, T_other, SCAN):
+        j = c + tl.arange(0, SCAN)
+        inside = j < T_other
+        pair = j + 1 < T_other
+        x = tl.load(OTHER + j, mask=inside, other=0).to(tl.int32)
+        y = tl.load(OTHER + j + 1, mask=pair, other=0).to(tl.int32)
+        descents += (pair & (x > y)).to(tl.int32)
+        hit = inside & (x >= smin) & (x <= smax)
+        first_hit = tl.minimum(first_hit, tl.where(hit, j, T_other))
+        last_hit = tl.maximum(last_hit, tl.where(hit, j, -1))
+        n_below += (inside & (x < smin)).to(tl.int32)
+        n_upto += (inside & (x <= smax)).to(tl.int32)
+    descents = tl.sum(descents, 0)
+    first_hit = tl.min(first_hit, 0)
+    last_hit = tl.max(last_hit, 0)
+    n_below = tl.sum(n_below, 0)
+    n_upto = tl.sum(n_upto, 0)
     if smin == smax:
         # One id in the block (one segment, or a document longer than the
         # block: most blocks): its first index and one past its last, were

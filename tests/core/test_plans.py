@@ -6,7 +6,7 @@ import pytest
 
 from core_triton import TensorInfo, cdiv
 from core_triton.attention import flash, flash_configs, flash_tma_plans, ring
-from core_triton.common.launch import In, OutputSpec
+from core_triton.common.launch import In
 from core_triton.common.utils import contiguous_strides
 from core_triton.cumsum import chunk_global as chunk_global_cumsum
 from core_triton.cumsum import chunk_local as chunk_local_cumsum
@@ -720,54 +720,6 @@ def test_gluon_backward_where_it_applies(monkeypatch):
         flash.replan()
         assert picked(1, 128, 128, 32, 4, 128, causal) == (True, True)  # every length, unsplit
     finally:
-        flash.replan()
-
-
-def test_ids_gated_pair(monkeypatch):
-    """On an sm_90 GPU a call with segment ids whose plain kernel would be
-    the persistent Gluon forward, up to 32 batch rows and 4096 keys, runs
-    as an ids-gated pair: flash_fwd_gluon_ids_kernel (the ids and their
-    batch strides as parameters, a third output ``one_segment``), then the
-    ranged kernel with GATE 3, which reads those bits where the ranges
-    were and no range at all (the backward's launches still do:
-    ``late_ranges``).  Packed input (``ids_gate`` False), 33 batch rows,
-    4097 keys and flash.set_ids_gate(False) keep the ranges' pair."""
-    from core_triton.attention import flash_fwd_gluon_persistent
-
-    def call(B, T, D=128, ids_gate=True, Tk=None, **options):
-        Tk = Tk or T
-        q, kv = _info((B, T, 16, D), "bfloat16"), _info((B, Tk, 4, D), "bfloat16")
-        extra = {"q_segment_ids": _info((B, T), "int32"), "kv_segment_ids": _info((B, Tk), "int64")}
-        extra |= {"q_key_range": _info((B, 2 * T), "int32"), "kv_query_range": _info((B, 2 * Tk), "int32")}
-        return flash.plans(q, kv, kv, **extra, **options, ids_gate=ids_gate)[0]
-
-    try:
-        _on_sm90(monkeypatch)
-        ids_kernel = flash_fwd_gluon_persistent.flash_fwd_gluon_ids_kernel
-        for D, causal in itertools.product((128, 64), (False, True)):
-            plans = call(2, 4096, D, causal=causal)
-            first, rest = plans.forward
-            assert first.kernel is ids_kernel and first.grid == (132,) and plans.late_ranges, first
-            assert first.output_names == ("out", "lse", "one_segment"), first
-            assert first.outputs[2] == OutputSpec((1,), "int32"), first
-            names = [getattr(p, "name", p) for p in first.params]
-            assert names[:7] == ["q", "k", "v", "q_segment_ids", "kv_segment_ids", 4096, 4096], names
-            assert (first.constexprs["CAUSAL"], first.constexprs["GROUPS"]) == (causal, 2), first
-            assert rest.constexprs["GATE"] == 3 and rest.aliases == ((0, "out"), (1, "lse")), rest
-            assert "one_segment" in rest.input_names(), rest
-            assert not {"q_key_range", "kv_query_range"} & set(rest.input_names()), rest
-            grad = _info((2, 4096, 16, D), "bfloat16")
-            backward = [p for steps in plans.grads(grad, grad) for p in steps]
-            assert any("q_key_range" in p.input_names() for p in backward), backward
-        for plans in (call(2, 4096, ids_gate=False), call(33, 1024), call(1, 4097), call(1, 1024, Tk=4097)):
-            first, rest = plans.forward
-            assert first.kernel is not ids_kernel and not plans.late_ranges, first
-            assert first.constexprs["GATE"] == 1 and rest.constexprs["GATE"] == 2, (first, rest)
-        assert call(32, 1024).forward[0].kernel is ids_kernel
-        flash.set_ids_gate(False)
-        assert call(1, 4096).forward[0].kernel is not ids_kernel
-    finally:
-        flash.set_ids_gate(True)
         flash.replan()
 
 

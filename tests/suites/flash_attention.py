@@ -106,14 +106,6 @@ def gluon_ranged_set(fw, on: bool):
     return _flash_setting(fw, flash.set_gluon_ranged, flash_tma_plans.GLUON_RANGED, on)
 
 
-def ids_gate_set(fw, on: bool):
-    """The switch of ids-gated pairs (flash.set_ids_gate) at ``on``, then
-    as it was."""
-    from core_triton.attention import flash, flash_tma_plans
-
-    return _flash_setting(fw, flash.set_ids_gate, flash_tma_plans.IDS_GATE, on)
-
-
 def gluon_forward_kernel(persistent: bool):
     """The Gluon forward kernel of plain attention with the persistent
     switch at ``persistent``."""

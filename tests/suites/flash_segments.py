@@ -31,7 +31,6 @@ from tests.suites.flash_attention import (
     gluon_forward_runs,
     gluon_persistent_set,
     gluon_ranged_set,
-    ids_gate_set,
     make_case,
     spy_launches,
     ws_forward_on,
@@ -307,9 +306,7 @@ class FlashSegmentsSuite(KernelLevelCases):
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is flash_tma_plans.flash_fwd_ws_kernel and first.constexprs["GATE"] == 1, first
 
-    @pytest.mark.parametrize(
-        ("kernel", "D"), [("persistent", 128), ("persistent", 64), ("ids", 128), ("ids", 64), ("tiled", 128)]
-    )
+    @pytest.mark.parametrize(("kernel", "D"), [("persistent", 128), ("persistent", 64), ("tiled", 128)])
     @pytest.mark.parametrize("name", GLUON_SEGMENT_CASES)
     def test_segments_gluon_forward(self, name, kernel, D, monkeypatch):
         """The Gluon forward as a gated pair's first launch (the plan's pick
@@ -320,35 +317,17 @@ class FlashSegmentsSuite(KernelLevelCases):
         ranged kernel writes those rows; one segment, a batch row of one
         segment beside one of documents, whole rows beside rows that see
         nothing, and "long" (as test_segments_gluon_backward's: many tiles
-        a program, some skipped).  "ids": the ids-gated pair
-        (flash.ids_gated_pair, the plan's pick up to 4096 keys):
-        flash_fwd_gluon_ids_kernel runs the batch rows of one segment
-        (found from the ids), the ranged kernel (GATE 3) every block of
-        the others, each finding its key range from the ids, and the
-        backward makes the ranges.  bf16, forward and every gradient
-        against float64."""
-        from core_triton.attention import flash_fwd_gluon_persistent
-
+        a program, some skipped).  bf16, forward and every gradient against
+        float64."""
         if not gluon_forward_runs():
             pytest.skip("Gluon runs on an sm_90 GPU only")
         self._kernel_level(True)
         c, options = self._gluon_case(name, D)
-        persistent = kernel != "tiled"
+        persistent = kernel == "persistent"
         fw = self.fw
-        with (
-            ws_forward_on(fw, gluon="on"),
-            gluon_persistent_set(fw, persistent),
-            gluon_ranged_set(fw, False),
-            ids_gate_set(fw, kernel == "ids"),
-        ):
+        with ws_forward_on(fw, gluon="on"), gluon_persistent_set(fw, persistent), gluon_ranged_set(fw, False):
             seen = spy_launches(fw, monkeypatch)
             self._check(c, options, dtype="bfloat16")
-        if kernel == "ids":
-            first = next(p for p in seen if p.output_names == ("out", "lse", "one_segment"))
-            assert first.kernel is flash_fwd_gluon_persistent.flash_fwd_gluon_ids_kernel, first
-            second = next(p for p in seen if p.output_names == ("out", "lse"))
-            assert second.constexprs["GATE"] == 3, second
-            return
         first = next(p for p in seen if p.output_names == ("out", "lse"))
         assert first.kernel is gluon_forward_kernel(persistent) and first.constexprs["GATE"] == 1, first
 
@@ -472,55 +451,6 @@ class FlashSegmentsSuite(KernelLevelCases):
         ):
             assert np.isnan(out[b, skipped]).all(), f"batch {b}: a block without whole rows was written"
             assert_close(out[b, whole], ref[b, whole], "bfloat16", f"batch {b}, whole rows")
-
-    @pytest.mark.parametrize(
-        ("name", "bits"), [*((n, 0) for n in sorted(CASES)), ("batch_rows_one_segment_and_docs", 1)]
-    )
-    def test_ids_gated_second_launch(self, name, bits):
-        """An ids-gated pair's second launch alone (GATE 3,
-        flash.ids_gated_pair; the first is Gluon's, GPU only), outputs
-        poisoned with NaN: each block finds its key range from the ids
-        (flash_common.ids_runs: sorted rows by counts, unsorted ones by a
-        bound, cross attention, rows with no key, windows, sinks, bias),
-        every row of a batch row whose bit is clear written, against
-        float64; a batch row whose bit is set (``bits`` 1: batch 0, one
-        segment) left as it was, the first launch's to write."""
-        from core_triton.attention import flash
-
-        self._kernel_level()
-        fw = self.fw
-        c, options = case_inputs(name)
-        arrays = self._arrays(c, "float32")
-        infos = {n: TensorInfo(c[n].shape, "float32" if a.dtype.kind == "f" else "int32",
-                               contiguous_strides(c[n].shape)) for n, a in c.items()}  # fmt: skip
-        B, Tq, HQ, D = c["query"].shape
-        Tk = c["key"].shape[1]
-        r_infos = segment_ranges.range_infos(B, Tq, Tk, None)
-        plans, _ = flash.plans(
-            infos["query"], infos["key"], infos["value"],
-            **{n: infos[n] for n in ("q_segment_ids", "kv_segment_ids", "softmax_aux", "bias") if n in infos},
-            **options, **r_infos, ids_gate=True,
-        )  # fmt: skip
-        ranged = plans.forward[-1]
-        assert ranged.constexprs["GATE"] in (0, 2), ranged  # the interpreter's plan: no Gluon
-        second = flash.ids_gated_pair(ranged, None)[1]
-        assert second.constexprs["GATE"] == 3 and "q_key_range" not in second.input_names(), second
-        names = {"query": "q", "key": "k", "value": "v"}
-        inputs = {names.get(n, n): a for n, a in arrays.items()}
-        inputs["qoff"] = inputs["koff"] = fw.array(np.zeros(1, np.int32), "int32")
-        inputs["one_segment"] = fw.array(np.array([bits], np.int32), "int32")
-        inputs["out"] = fw.array(np.full((B, Tq, HQ, D), np.nan), "float32")
-        inputs["lse"] = fw.array(np.full((B, HQ, Tq), np.nan), "float32")
-        out, lse = (fw.numpy(a) for a in self._launch(second, inputs))
-        ref = attention_ref(**c, **options)
-        for b in range(B):
-            if bits >> b & 1:
-                assert np.isnan(out[b]).all() and np.isnan(lse[b]).all(), f"batch {b}: its bit is set"
-                continue
-            assert_close(out[b], ref["out"][b], "float32", f"batch {b}, output")
-            finite = np.isfinite(ref["lse"][b])
-            assert np.array_equal(np.isfinite(lse[b]), finite), f"batch {b}: lse's -inf rows differ"
-            assert_close(lse[b][finite], ref["lse"][b][finite], "float32", f"batch {b}, lse")
 
     @pytest.mark.parametrize("name", ["batch_rows_one_segment_and_docs", "cross_whole_rows_beside_empty"])
     def test_gated_pair_with_own_tiles(self, name, monkeypatch):
