@@ -417,11 +417,11 @@ def attention_plans(
             *scalars,
             HQ,
             n_sink,
-            *q.strides,
-            *k.strides,
-            *v.strides,
-            *aux_strides,
-            n_sink,
+            # Each tensor's strides as one argument (a tuple).
+            tuple(q.strides),
+            tuple(k.strides),
+            tuple(v.strides),
+            (*aux_strides, n_sink),
             In("q"),  # OUT_IN, LSE_IN: see gated_pair
             In("q"),
         ),

@@ -215,30 +215,11 @@ def flash_bwd_dkdv_kernel(
     group,
     H,
     splits,
-    stride_qb,
-    stride_qt,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kt,
-    stride_kh,
-    stride_kd,
-    stride_vb,
-    stride_vt,
-    stride_vh,
-    stride_vd,
-    stride_dob,
-    stride_dot,
-    stride_doh,
-    stride_dod,
-    stride_pqb,
-    stride_pkb,
-    stride_sqb,
-    stride_skb,
-    stride_bb,
-    stride_bh,
-    stride_bm,
-    stride_bn,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_do,
+    stride_aux,
     DK_IN,
     DV_IN,
     DK_OUT,
@@ -275,6 +256,12 @@ def flash_bwd_dkdv_kernel(
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).
+    # Each tensor's strides come as one argument (flash_fwd_kernel).
+    stride_qb, stride_qt, stride_qh, stride_qd = stride_q
+    stride_kb, stride_kt, stride_kh, stride_kd = stride_k
+    stride_vb, stride_vt, stride_vh, stride_vd = stride_v
+    stride_dob, stride_dot, stride_doh, stride_dod = stride_do
+    stride_pqb, stride_pkb, stride_sqb, stride_skb, stride_bb, stride_bh, stride_bm, stride_bn = stride_aux
     stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, \
         stride_vh, stride_dob, stride_doh = hinted_strides(
             DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
@@ -546,34 +533,12 @@ def flash_bwd_dq_kernel(
     group,
     HQ,
     DLSE,
-    stride_qb,
-    stride_qt,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kt,
-    stride_kh,
-    stride_kd,
-    stride_vb,
-    stride_vt,
-    stride_vh,
-    stride_vd,
-    stride_dob,
-    stride_dot,
-    stride_doh,
-    stride_dod,
-    stride_pqb,
-    stride_pkb,
-    stride_sqb,
-    stride_skb,
-    stride_bb,
-    stride_bh,
-    stride_bm,
-    stride_bn,
-    stride_ob,
-    stride_ot,
-    stride_oh,
-    stride_od,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_do,
+    stride_aux,
+    stride_o,
     DQ_IN,
     DELTA_IN,
     DQ_OUT,
@@ -614,6 +579,13 @@ def flash_bwd_dq_kernel(
     # DIV16: which strides are multiples of 16 (flash_common.HINTED; the
     # batch and head strides align tile bases for JAX launches, as in the
     # forward).
+    # Each tensor's strides come as one argument (flash_fwd_kernel).
+    stride_qb, stride_qt, stride_qh, stride_qd = stride_q
+    stride_kb, stride_kt, stride_kh, stride_kd = stride_k
+    stride_vb, stride_vt, stride_vh, stride_vd = stride_v
+    stride_dob, stride_dot, stride_doh, stride_dod = stride_do
+    stride_pqb, stride_pkb, stride_sqb, stride_skb, stride_bb, stride_bh, stride_bm, stride_bn = stride_aux
+    stride_ob, stride_ot, stride_oh, stride_od = stride_o
     stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, \
         stride_vh, stride_dob, stride_doh = hinted_strides(
             DIV16, stride_qt, stride_kt, stride_vt, stride_dot, stride_qb, stride_qh, stride_kb, stride_kh,
@@ -774,30 +746,11 @@ def flash_bwd_dbias_kernel(
     HQ,
     NB,
     NH,
-    stride_qb,
-    stride_qt,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kt,
-    stride_kh,
-    stride_kd,
-    stride_vb,
-    stride_vt,
-    stride_vh,
-    stride_vd,
-    stride_dob,
-    stride_dot,
-    stride_doh,
-    stride_dod,
-    stride_pqb,
-    stride_pkb,
-    stride_sqb,
-    stride_skb,
-    stride_bb,
-    stride_bh,
-    stride_bm,
-    stride_bn,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_do,
+    stride_aux,
     DB_OUT,
     D: tl.constexpr,
     DV: tl.constexpr,
@@ -826,6 +779,12 @@ def flash_bwd_dbias_kernel(
     by the dK/dV kernel: a broadcast bias would otherwise need a float32
     ``[B, HQ, Tq, Tk]`` buffer.  Pairs whose tile has no allowed entry are
     skipped; every element is written once."""
+    # Each tensor's strides come as one argument (flash_fwd_kernel).
+    stride_qb, stride_qt, stride_qh, stride_qd = stride_q
+    stride_kb, stride_kt, stride_kh, stride_kd = stride_k
+    stride_vb, stride_vt, stride_vh, stride_vd = stride_v
+    stride_dob, stride_dot, stride_doh, stride_dod = stride_do
+    stride_pqb, stride_pkb, stride_sqb, stride_skb, stride_bb, stride_bh, stride_bm, stride_bn = stride_aux
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_z = tl.program_id(2)

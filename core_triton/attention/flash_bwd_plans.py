@@ -87,6 +87,12 @@ class GradShared:
     hopper: Callable | None = None
 
 
+def _stride_args(q, k, v, do, aux_strides) -> tuple[tuple[int, ...], ...]:
+    """The backward kernels' stride arguments: q's, k's, v's and dO's
+    strides and the optional inputs' (``aux_strides``), each one tuple."""
+    return tuple(tuple(x) for x in (q.strides, k.strides, v.strides, do.strides, aux_strides))
+
+
 def backward_plans(shared: GradShared):
     """``(grads, dbias)``: functions of the cotangent's (and output's)
     layouts that return the launches (cached per layout)."""
@@ -108,7 +114,7 @@ def backward_plans(shared: GradShared):
         an ``lse`` cotangent (input ``dlse``, ``[B, HQ, Tq]`` float32,
         contiguous)."""
         gdt = grad_dtype or q.dtype
-        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
+        strides = _stride_args(q, k, v, do, aux_strides)
         consts = dict(common, DIV16=stride_hint_bits(q, k, v, do))
         splits = dkdv_split()
         hopper_dkdv, hopper_dq = shared.hopper(do, o, dlse, splits) if shared.hopper else (None, None)
@@ -187,7 +193,7 @@ def backward_plans(shared: GradShared):
                 HQ,
                 In("dlse") if dlse else In("q"),
                 *strides,
-                *o.strides,
+                tuple(o.strides),
                 # DQ_IN, DELTA_IN: flash.gated_pair
                 In("q"),
                 In("q"),
@@ -206,7 +212,7 @@ def backward_plans(shared: GradShared):
         if bias is None:
             return None
         Bb, Hb = bias.shape[0], bias.shape[1]
-        strides = (*q.strides, *k.strides, *v.strides, *do.strides, *aux_strides)
+        strides = _stride_args(q, k, v, do, aux_strides)
         # The same working set as the dQ kernel (BM queries, BN keys, q/dO
         # and k/v tiles): its config (a bias is never autotuned).
         bm, bn, w, s, _ = unpack(config("dq", DQ_CONFIGS))

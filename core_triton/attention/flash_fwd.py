@@ -174,27 +174,10 @@ def flash_fwd_kernel(
     group,
     HQ,
     n_sink,
-    stride_qb,
-    stride_qt,
-    stride_qh,
-    stride_qd,
-    stride_kb,
-    stride_kt,
-    stride_kh,
-    stride_kd,
-    stride_vb,
-    stride_vt,
-    stride_vh,
-    stride_vd,
-    stride_pqb,
-    stride_pkb,
-    stride_sqb,
-    stride_skb,
-    stride_bb,
-    stride_bh,
-    stride_bm,
-    stride_bn,
-    stride_sink,
+    stride_q,
+    stride_k,
+    stride_v,
+    stride_aux,
     OUT_IN,
     LSE_IN,
     OUT,
@@ -235,6 +218,13 @@ def flash_fwd_kernel(
     # batch and head strides too: without them a JAX launch cannot prove a
     # tile's base 16-byte aligned, and every K/V load in the loop splits into
     # scalar loads.
+    # Each tensor's strides come as one argument (a tuple: Triton specialises
+    # its elements one by one, as it would separate arguments).
+    stride_qb, stride_qt, stride_qh, stride_qd = stride_q
+    stride_kb, stride_kt, stride_kh, stride_kd = stride_k
+    stride_vb, stride_vt, stride_vh, stride_vd = stride_v
+    (stride_pqb, stride_pkb, stride_sqb, stride_skb, stride_bb, stride_bh, stride_bm, stride_bn,
+     stride_sink) = stride_aux  # fmt: skip
     (stride_qt, stride_kt, stride_vt, _, stride_qb, stride_qh, stride_kb, stride_kh, stride_vb, stride_vh, _,
      _) = hinted_strides(DIV16, stride_qt, stride_kt, stride_vt, 0, stride_qb, stride_qh, stride_kb,
                          stride_kh, stride_vb, stride_vh, 0, 0)  # fmt: skip

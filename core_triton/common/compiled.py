@@ -73,8 +73,9 @@ class Param:
 @dataclass(frozen=True)
 class CompiledLaunch:
     """A compiled kernel and how to call it.  ``params`` follow the kernel's
-    arguments (inputs and scalars in the plan's order, then the outputs),
-    constexprs and specialised-away arguments left out.  ``scratch_bytes``
+    arguments (inputs and scalars in the plan's order, then the outputs; a
+    tuple argument's elements in its place), constexprs and
+    specialised-away arguments left out.  ``scratch_bytes``
     is the global scratch of one program (0: none); the launcher passes
     ``grid size * num_ctas * scratch_bytes`` bytes aligned to
     ``scratch_align`` in Triton's global-scratch slot."""
@@ -130,6 +131,22 @@ def _source(kernel, signature, constexprs, attrs):
     return ASTSource(kernel, signature, constexprs, attrs)
 
 
+def _flat_params(path: tuple[int, ...], ty: Any, value: Any, attrs: dict) -> list[Param]:
+    """The compiled kernel's parameters for the argument at ``path`` (its
+    position, and within a tuple argument its element's): a tuple (a
+    tensor's strides as one argument) is its elements in order, as
+    Triton's launcher passes them; a constexpr (the kernel's, or an
+    element specialised to one) is no parameter."""
+    if isinstance(ty, tuple):
+        return [p for j, t in enumerate(ty) for p in _flat_params((*path, j), t, value[j], attrs)]
+    if ty == "constexpr":
+        return []
+    if ty.startswith("*"):
+        divisible = 16 if ["tt.divisibility", 16] in attrs.get(path, []) else 0
+        return [Param(True, ty, divisible=divisible)]
+    return [Param(False, ty, value=value)]
+
+
 def plan_grid(plan: LaunchPlan) -> tuple[int, int, int]:
     """The plan's fixed grid as three dimensions."""
     if callable(plan.grid):
@@ -163,13 +180,7 @@ def compile_plan(plan: LaunchPlan, input_dtypes: dict[str, str], capability: int
         raise NotImplementedError("kernels compiled with profiling scratch (proton) cannot launch here")
     params = []
     for i, (name, ty) in enumerate(signature.items()):
-        if ty == "constexpr":
-            continue
-        if ty.startswith("*"):
-            divisible = 16 if ["tt.divisibility", 16] in attrs.get((i,), []) else 0
-            params.append(Param(True, ty, divisible=divisible))
-        else:
-            params.append(Param(False, ty, value=bound[name]))
+        params += _flat_params((i,), ty, bound[name], attrs)
     return CompiledLaunch(
         name=meta.name,
         ptx=compiled.asm["ptx"],

@@ -53,6 +53,9 @@ def main():
         result[name] = {
             "maxnreg": plan.maxnreg,
             "ptx_maxnreg": [ln.strip() for ln in c.ptx.splitlines() if ".maxnreg" in ln],
+            "params": [[p.type, p.value] for p in c.params],
+            "ptx_params": sum("_param_" in ln and "ld.param" not in ln for ln in c.ptx.splitlines()),
+            "scratch_bytes": c.scratch_bytes,
         }
     print(json.dumps(result))
 

@@ -50,4 +50,14 @@ def test_ws_forward_compiles_warp_specialised_with_scratch():
     # A plan's register cap reaches the compiled kernel (jaxlib's launch of
     # it, like Triton's, then runs at most 128 registers a thread).
     for case in ("capped forward", "capped dq"):
-        assert result[case] == {"maxnreg": 128, "ptx_maxnreg": [".maxnreg 128"]}, result[case]
+        r = result[case]
+        assert (r["maxnreg"], r["ptx_maxnreg"]) == (128, [".maxnreg 128"]), r
+        # The strides come as one tuple argument a tensor: their elements
+        # are the compiled kernel's parameters in order, those equal to 1
+        # specialised away (q, k, v [1, 2048, 4, 64] contiguous; the
+        # forward's optional inputs' strides are all 0 here, then its sink
+        # stride, 1), one for each of the PTX's (and Triton's two scratch).
+        ints = [v for t, v in r["params"] if t == "i32"]
+        run = [2048 * 4 * 64, 4 * 64, 64] * 3
+        assert any(ints[i : i + 9] == run for i in range(len(ints))), r
+        assert len(r["params"]) + 2 == r["ptx_params"], r
