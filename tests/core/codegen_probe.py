@@ -32,6 +32,22 @@ def compile_plan(plan, binding: str) -> str:
     names = plan.kernel.arg_names
     signature, attrs, constexprs = {}, {}, {}
     divisible = [["tt.divisibility", 16]]
+
+    def scalar(path, arg):
+        """The type of an int or float argument at ``path`` (a tuple
+        argument's elements each at their own), specialised as the binding
+        does."""
+        if isinstance(arg, tuple):
+            return tuple(scalar((*path, j), a) for j, a in enumerate(arg))
+        if isinstance(arg, bool) or not isinstance(arg, int):
+            return "fp32"
+        if arg == 1:
+            constexprs[path] = 1
+            return "constexpr"
+        if binding == "torch" and arg % 16 == 0:
+            attrs[path] = divisible
+        return "i32"
+
     for i, arg in enumerate((*plan.params, *plan.outputs)):
         name = names[i]
         if isinstance(arg, In):
@@ -40,16 +56,10 @@ def compile_plan(plan, binding: str) -> str:
         elif hasattr(arg, "shape"):  # an OutputSpec
             signature[name] = _POINTER[arg.dtype]
             attrs[(i,)] = divisible
-        elif isinstance(arg, bool) or not isinstance(arg, int):
-            signature[name] = "fp32"
-        elif arg == 1:
-            signature[name], constexprs[name] = "constexpr", 1
         else:
-            signature[name] = "i32"
-            if binding == "torch" and arg % 16 == 0:
-                attrs[(i,)] = divisible
+            signature[name] = scalar((i,), arg)
     for name, value in plan.constexprs.items():
-        signature[name], constexprs[name] = "constexpr", value
+        signature[name], constexprs[(names.index(name),)] = "constexpr", value
     src = ASTSource(plan.kernel, signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
