@@ -22,6 +22,7 @@ host without one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import zlib
@@ -53,14 +54,21 @@ def _abstract(*_, launch, out_avals, aliases):
 
 
 class _Key:
-    """A compiled launch as a primitive parameter: hashed and compared by
-    identity (launches are cached per plan and dtypes, so equal ones are
-    the same object)."""
+    """A plan's compiled launches as a primitive parameter (one; an
+    autotuned plan's, one a config, with the configs' names): hashed and
+    compared by identity (launches are cached per plan and dtypes, so
+    equal ones are the same object)."""
 
-    __slots__ = ("launch",)
+    __slots__ = ("launches", "names")
 
-    def __init__(self, launch: CompiledLaunch):
-        self.launch = launch
+    def __init__(self, launches: tuple[CompiledLaunch, ...], names: tuple[str, ...]):
+        self.launches = launches
+        self.names = names
+
+    @property
+    def launch(self) -> CompiledLaunch:
+        """The first launch (the only one but for an autotuned plan)."""
+        return self.launches[0]
 
 
 def _capability() -> int:
@@ -88,11 +96,38 @@ def _compiled(plan: LaunchPlan, dtypes: dict[str, str]) -> _Key:
     hit = _LAUNCHES.get(key)
     if hit is not None and hit[0] is plan:
         return hit[1]
-    compiled = _Key(compile_plan(plan, dtypes, _capability()))
+    plans, names = _config_plans(plan)
+    compiled = _Key(tuple(compile_plan(p, dtypes, _capability()) for p in plans), names)
     if len(_LAUNCHES) >= _LAUNCH_LIMIT:
         _LAUNCHES.clear()
     _LAUNCHES[key] = (plan, compiled)
     return compiled
+
+
+def _config_plans(plan: LaunchPlan) -> tuple[list[LaunchPlan], tuple[str, ...]]:
+    """The plans to compile for ``plan``: itself, or for an autotuned
+    kernel one a config (its tile constexprs, warps, stages and register
+    cap, and the grid its constexprs give), with the configs' names."""
+    kernel = plan.kernel
+    if type(kernel).__name__ != "Autotuner":
+        if callable(plan.grid):
+            plan = dataclasses.replace(plan, grid=plan.grid(dict(plan.constexprs)))
+        return [plan], ("",)
+    plans = []
+    for config in kernel.configs:
+        meta = {**plan.constexprs, **config.kwargs}
+        plans.append(
+            dataclasses.replace(
+                plan,
+                kernel=kernel.fn,
+                grid=plan.grid(meta) if callable(plan.grid) else plan.grid,
+                constexprs=meta,
+                num_warps=config.num_warps,
+                num_stages=config.num_stages,
+                maxnreg=getattr(config, "maxnreg", None),
+            )
+        )
+    return plans, tuple(str(c) for c in kernel.configs)
 
 
 def _kernel(launch: CompiledLaunch):
@@ -118,13 +153,12 @@ def _kernel(launch: CompiledLaunch):
         )
 
 
-def _lowering(ctx, *arrays, launch, out_avals, aliases):
+def _kernel_call(c: CompiledLaunch, zeroed: dict[int, int], n_in: int, n_out: int):
+    """jaxlib's call of one compiled launch (``zeroed``: output index ->
+    bytes to zero before it runs)."""
     from jax._src.lib import gpu_triton as lib
 
-    c = launch.launch
-    zeroed = {i: np.dtype(a.dtype).itemsize * a.size for i, a in enumerate(out_avals) if i in aliases.zeroed}
     params, n_array = [], 0
-    n_in = len(ctx.avals_in)
     for p in c.params:
         if p.array:
             out = n_array - n_in
@@ -135,17 +169,35 @@ def _lowering(ctx, *arrays, launch, out_avals, aliases):
             params.append(lib.create_scalar_parameter(bool(p.value), "i1"))
         else:
             params.append(lib.create_scalar_parameter(p.value, p.type))
-    assert n_array == n_in + len(out_avals) - (1 if c.scratch_bytes else 0), (n_array, n_in, len(out_avals))
+    assert n_array == n_in + n_out - (1 if c.scratch_bytes else 0), (n_array, n_in, n_out)
     if c.scratch_bytes:
         # No divisibility asked of the scratch buffer: XLA's buffers were
         # aligned well past Triton's 128 bytes wherever this ran on the H100;
         # asking jaxlib to check c.scratch_align has not run there yet.
         params.append(lib.create_array_parameter(0, 0))
-    call = lib.TritonKernelCall(_kernel(c), *c.grid, params)
+    return lib.TritonKernelCall(_kernel(c), *c.grid, params)
+
+
+def _lowering(ctx, *arrays, launch, out_avals, aliases):
+    from jax._src.lib import gpu_triton as lib
+
+    zeroed = {i: np.dtype(a.dtype).itemsize * a.size for i, a in enumerate(out_avals) if i in aliases.zeroed}
+    n_in = len(ctx.avals_in)
+    calls = [_kernel_call(c, zeroed, n_in, len(out_avals)) for c in launch.launches]
+    name = launch.launch.name
+    if len(calls) == 1:
+        call = calls[0]
+    else:
+        # jaxlib times each config at the first run and keeps the fastest;
+        # the aliased inputs' bytes, so that it can restore them between runs.
+        sizes = tuple(
+            (i, o, np.dtype(ctx.avals_in[i].dtype).itemsize * ctx.avals_in[i].size) for i, o in aliases.pairs
+        )
+        call = lib.TritonAutotunedKernelCall(name, list(zip(calls, launch.names, strict=True)), sizes)
     rule = jax.ffi.ffi_lowering(
         "triton_kernel_call",
         api_version=2,
-        backend_config=zlib.compress(call.to_proto(c.name, b"")),
+        backend_config=zlib.compress(call.to_proto(name, b"")),
         operand_output_aliases=dict(aliases.pairs),
     )
     return rule(ctx, *arrays)
@@ -164,13 +216,15 @@ class _Aliases:
 
 
 def compiled_call(plan: LaunchPlan, names: list[str], arrays: list[jax.Array]) -> list[jax.Array]:
-    """Launch ``plan`` (a fixed grid, a plain ``triton.jit`` kernel) on
-    ``arrays`` (the plan's unique inputs, named ``names``); its outputs."""
+    """Launch ``plan`` (a ``triton.jit`` kernel on a fixed grid, or an
+    autotuned one) on ``arrays`` (the plan's unique inputs, named ``names``); its outputs."""
     zeroed = zeroed_outputs(plan)
     dtypes = {n: jnp.dtype(a.dtype).name for n, a in zip(names, arrays, strict=True)}
     key = _compiled(plan, dtypes)
     c = key.launch
     out_avals = [jax.core.ShapedArray(o.shape, jnp.dtype(o.dtype)) for o in plan.outputs]
+    if len(key.launches) > 1 and any(x.scratch_bytes for x in key.launches):
+        raise NotImplementedError("an autotuned kernel that needs global scratch cannot launch from JAX")
     if c.scratch_bytes:
         programs = c.grid[0] * c.grid[1] * c.grid[2] * c.num_ctas
         out_avals.append(jax.core.ShapedArray((programs * c.scratch_bytes,), jnp.uint8))

@@ -7,8 +7,9 @@
   that need Triton's global scratch (tensor descriptors built on the
   device) go through jax_api._compiled instead: compiled by Triton as the
   PyTorch binding compiles them, launched by jaxlib's Triton call with the
-  scratch as an extra output (``TWINKERNELS_JAX_LAUNCHER=compiled`` sends
-  every plain kernel there).
+  scratch as an extra output; so do kernels with a tuple argument (the
+  flash kernels' strides), autotuned or not, and plans with a register cap
+  (``TWINKERNELS_JAX_LAUNCHER=compiled`` sends every plain kernel there).
 * Interpreted kernels (``TRITON_INTERPRET=1``): the same kernel runs in
   Triton's interpreter inside ``jax.pure_callback``; buffers cross to torch
   CPU tensors over DLPack (the interpreter takes torch tensors only).
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core_triton import NO_BACKEND_MESSAGE, LaunchPlan, TensorInfo, is_interpreted
+from core_triton.common.launch import kernel_constexprs
 from core_triton.common.utils import contiguous_strides
 
 
@@ -137,7 +139,7 @@ def _triton_call(plan, names, arrays):
                 zeroed_outputs=zeroed,
                 input_output_aliases=alias_indices(plan),
                 **{out_kw: out_shapes},
-                **plan.constexprs,
+                **kernel_constexprs(plan.kernel, plan.constexprs),
             )
         )
 
@@ -152,6 +154,11 @@ JAX_LAUNCHER = os.environ.get("TWINKERNELS_JAX_LAUNCHER", "jax-triton")
 
 def _takes_compiled_path(plan: LaunchPlan) -> bool:
     if getattr(plan.kernel, "needs_global_scratch", False):
+        return True
+    if any(isinstance(p, tuple) for p in plan.params):
+        # jax-triton maps a call's flattened arguments onto the kernel's
+        # names one to one: a tuple argument (the flash kernels' strides)
+        # would shift every name after it.
         return True
     plain = type(plan.kernel).__name__ == "JITFunction" and not callable(plan.grid)
     # jax-triton compiles with num_warps and num_stages only: a register cap

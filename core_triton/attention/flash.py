@@ -384,10 +384,8 @@ def attention_plans(
         In("kv_query_range") if has_range else In("qoff"),
     )
     scalars = (
-        opts.scale,
-        1.0 if opts.cap is None else opts.cap,
-        left,
-        right,
+        (opts.scale, 1.0 if opts.cap is None else opts.cap),  # scale_cap
+        (left, right),  # window
         Tq,
         Tk,
         opts.q_chunk or Tq,

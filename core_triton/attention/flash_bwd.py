@@ -45,6 +45,9 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
+    DBIAS_GROUPS,
+    DKDV_GROUPS,
+    DQ_GROUPS,
     LOG2E,
     OB,
     OH,
@@ -187,7 +190,7 @@ def _dkdv_blocks(
     return dk, dv
 
 
-@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "splits"))
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "splits"), groups=DKDV_GROUPS)
 def flash_bwd_dkdv_kernel(
     Q,
     K,
@@ -204,10 +207,8 @@ def flash_bwd_dkdv_kernel(
     QRANGE,
     KRANGE,
     BIAS,
-    scale,
-    cap,
-    left,
-    right,
+    scale_cap,
+    window,
     Tq,
     Tk,
     q_chunk,
@@ -224,23 +225,8 @@ def flash_bwd_dkdv_kernel(
     DV_IN,
     DK_OUT,
     DV_OUT,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_RANGE: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    TEST: tl.constexpr,
-    NQP: tl.constexpr,
-    NKP: tl.constexpr,
-    ROW64: tl.constexpr,
-    DIV16: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DIMS: tl.constexpr,
+    OPTIONS: tl.constexpr,
     GATE: tl.constexpr,
     SPLIT: tl.constexpr,
     ORDER: tl.constexpr,
@@ -248,6 +234,27 @@ def flash_bwd_dkdv_kernel(
     BN: tl.constexpr,
     EDGE_STAGES: tl.constexpr,
 ):
+    # The plan's constants by name (flash_common.DKDV_GROUPS; its launch packs them).
+    D: tl.constexpr = DIMS[0]
+    DV: tl.constexpr = DIMS[1]
+    BD: tl.constexpr = DIMS[2]
+    BDV: tl.constexpr = DIMS[3]
+    CAUSAL: tl.constexpr = OPTIONS[0]
+    HAS_WINDOW: tl.constexpr = OPTIONS[1]
+    HAS_CAP: tl.constexpr = OPTIONS[2]
+    HAS_BIAS: tl.constexpr = OPTIONS[3]
+    HAS_SEG: tl.constexpr = OPTIONS[4]
+    HAS_RANGE: tl.constexpr = OPTIONS[5]
+    POS_MODE: tl.constexpr = OPTIONS[6]
+    TEST: tl.constexpr = OPTIONS[7]
+    NQP: tl.constexpr = OPTIONS[8]
+    NKP: tl.constexpr = OPTIONS[9]
+    ROW64: tl.constexpr = OPTIONS[10]
+    DIV16: tl.constexpr = OPTIONS[11]
+    DOT_PREC: tl.constexpr = OPTIONS[12]
+    # The logits' scale and soft cap, the window's bounds: one argument each.
+    scale, cap = scale_cap
+    left, right = window
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
     # (flash_common.gated_rows) and writes DK_OUT/DV_OUT in full for the others.
@@ -505,7 +512,7 @@ def _dq_blocks(
     return dq
 
 
-@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"), groups=DQ_GROUPS)
 def flash_bwd_dq_kernel(
     Q,
     K,
@@ -522,10 +529,8 @@ def flash_bwd_dq_kernel(
     QRANGE,
     KRANGE,
     BIAS,
-    scale,
-    cap,
-    left,
-    right,
+    scale_cap,
+    window,
     Tq,
     Tk,
     q_chunk,
@@ -543,30 +548,36 @@ def flash_bwd_dq_kernel(
     DELTA_IN,
     DQ_OUT,
     DELTA_OUT,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_RANGE: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    TEST: tl.constexpr,
-    NQP: tl.constexpr,
-    NKP: tl.constexpr,
-    ROW64: tl.constexpr,
-    DIV16: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DIMS: tl.constexpr,
+    OPTIONS: tl.constexpr,
     GATE: tl.constexpr,
-    HAS_DLSE: tl.constexpr,
     ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     EDGE_STAGES: tl.constexpr,
 ):
+    # The plan's constants by name (flash_common.DQ_GROUPS; its launch packs them).
+    D: tl.constexpr = DIMS[0]
+    DV: tl.constexpr = DIMS[1]
+    BD: tl.constexpr = DIMS[2]
+    BDV: tl.constexpr = DIMS[3]
+    CAUSAL: tl.constexpr = OPTIONS[0]
+    HAS_WINDOW: tl.constexpr = OPTIONS[1]
+    HAS_CAP: tl.constexpr = OPTIONS[2]
+    HAS_BIAS: tl.constexpr = OPTIONS[3]
+    HAS_SEG: tl.constexpr = OPTIONS[4]
+    HAS_RANGE: tl.constexpr = OPTIONS[5]
+    POS_MODE: tl.constexpr = OPTIONS[6]
+    TEST: tl.constexpr = OPTIONS[7]
+    NQP: tl.constexpr = OPTIONS[8]
+    NKP: tl.constexpr = OPTIONS[9]
+    ROW64: tl.constexpr = OPTIONS[10]
+    DIV16: tl.constexpr = OPTIONS[11]
+    DOT_PREC: tl.constexpr = OPTIONS[12]
+    HAS_DLSE: tl.constexpr = OPTIONS[13]
+    # The logits' scale and soft cap, the window's bounds: one argument each.
+    scale, cap = scale_cap
+    left, right = window
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
     # (flash_common.gated_rows) and writes DQ_OUT/DELTA_OUT in full for the
@@ -717,7 +728,7 @@ def _tile_positions(OFF, POS_b, offs, valid, chunk, NP: tl.constexpr, POS_MODE: 
     return pos
 
 
-@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "NB"))
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk", "NB"), groups=DBIAS_GROUPS)
 def flash_bwd_dbias_kernel(
     Q,
     K,
@@ -734,10 +745,8 @@ def flash_bwd_dbias_kernel(
     QRANGE,
     KRANGE,
     BIAS,
-    scale,
-    cap,
-    left,
-    right,
+    scale_cap,
+    window,
     Tq,
     Tk,
     q_chunk,
@@ -752,20 +761,8 @@ def flash_bwd_dbias_kernel(
     stride_do,
     stride_aux,
     DB_OUT,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_RANGE: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    NQP: tl.constexpr,
-    NKP: tl.constexpr,
-    ROW64: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DIMS: tl.constexpr,
+    OPTIONS: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
 ):
@@ -779,6 +776,23 @@ def flash_bwd_dbias_kernel(
     by the dK/dV kernel: a broadcast bias would otherwise need a float32
     ``[B, HQ, Tq, Tk]`` buffer.  Pairs whose tile has no allowed entry are
     skipped; every element is written once."""
+    # The plan's constants by name (flash_common.DBIAS_GROUPS; its launch packs them).
+    D: tl.constexpr = DIMS[0]
+    DV: tl.constexpr = DIMS[1]
+    BD: tl.constexpr = DIMS[2]
+    BDV: tl.constexpr = DIMS[3]
+    CAUSAL: tl.constexpr = OPTIONS[0]
+    HAS_WINDOW: tl.constexpr = OPTIONS[1]
+    HAS_CAP: tl.constexpr = OPTIONS[2]
+    HAS_SEG: tl.constexpr = OPTIONS[3]
+    POS_MODE: tl.constexpr = OPTIONS[4]
+    NQP: tl.constexpr = OPTIONS[5]
+    NKP: tl.constexpr = OPTIONS[6]
+    ROW64: tl.constexpr = OPTIONS[7]
+    DOT_PREC: tl.constexpr = OPTIONS[8]
+    # The logits' scale and soft cap, the window's bounds: one argument each.
+    scale, cap = scale_cap
+    left, right = window
     # Each tensor's strides come as one argument (flash_fwd_kernel).
     stride_qb, stride_qt, stride_qh, stride_qd = stride_q
     stride_kb, stride_kt, stride_kh, stride_kd = stride_k

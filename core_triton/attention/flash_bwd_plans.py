@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core_triton.attention.flash_bwd import flash_bwd_dbias_kernel, flash_bwd_split_sum_kernel
+from core_triton.attention.flash_common import DBIAS_GROUPS
 from core_triton.attention.flash_configs import (
     DKDV_CONFIGS,
     DQ_CONFIGS,
@@ -39,20 +40,8 @@ from core_triton.common.utils import cdiv
 # Elements a program of the split sum adds (flash_bwd_split_sum_kernel).
 _SUM_BLOCK = 1024
 
-# Constexprs of the bias-gradient kernel (it always reads a bias).
-_DBIAS_CONSTS = (
-    "D",
-    "DV",
-    "BD",
-    "BDV",
-    "CAUSAL",
-    "HAS_WINDOW",
-    "HAS_CAP",
-    "HAS_SEG",
-    "HAS_RANGE",
-    "POS_MODE",
-)
-_DBIAS_CONSTS += ("NQP", "NKP", "ROW64", "DOT_PREC")
+# Constexprs of the bias-gradient kernel (it always reads a bias): its groups'.
+_DBIAS_CONSTS = tuple(n for names in DBIAS_GROUPS.values() for n in names)
 
 
 @dataclass(frozen=True, eq=False)

@@ -49,6 +49,24 @@ POS_INF = tl.constexpr(POS_INF_INT)
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
+# The flash kernels' constexpr groups (core_triton.common.runtime.jit's
+# ``groups``): the constants a plan sets once a call, by name, which its
+# launch packs into two arguments, ``DIMS`` and ``OPTIONS``, in these orders;
+# each kernel reads them back by name in the same order (a test checks).
+# Launch-level constants (GATE, SPLIT, ORDER, the tiles BM and BN that the
+# autotuner sets, EDGE_STAGES) stay arguments of their own.
+_DIMS = ("D", "DV", "BD", "BDV")
+_OPTIONS = ("CAUSAL", "HAS_WINDOW", "HAS_CAP", "HAS_BIAS", "HAS_SEG", "HAS_RANGE", "POS_MODE", "TEST", "NQP",
+            "NKP", "ROW64", "DIV16", "DOT_PREC")  # fmt: skip
+FWD_GROUPS = {"DIMS": (*_DIMS, "BS"), "OPTIONS": (*_OPTIONS, "HAS_SINK")}
+DKDV_GROUPS = {"DIMS": _DIMS, "OPTIONS": _OPTIONS}
+DQ_GROUPS = {"DIMS": _DIMS, "OPTIONS": (*_OPTIONS, "HAS_DLSE")}
+DBIAS_GROUPS = {
+    "DIMS": _DIMS,
+    "OPTIONS": ("CAUSAL", "HAS_WINDOW", "HAS_CAP", "HAS_SEG", "POS_MODE", "NQP", "NKP", "ROW64", "DOT_PREC"),
+}
+
+
 # The strides a flash kernel's DIV16 speaks of, bit ``i`` for the ``i``-th
 # (flash_configs.stride_hint_bits sets them): the row strides of q, k, v and
 # dO, then the batch and head strides of each, then the output's row, batch

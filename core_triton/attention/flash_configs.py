@@ -61,8 +61,10 @@ FIXED = {64: 4, 128: 4, 256: 1}
 # GATE too: the plain kernel's half of a gated pair (flash.gated_pair) may
 # tune on a call where few of its blocks have work, and its pick must not
 # become plain attention's.  ORDER (the launch order, program_order) too: a
-# pick timed under one order need not be the best under another.
-_KEY = ["D", "DV", "CAUSAL", "HAS_WINDOW", "HAS_SEG", "HAS_RANGE", "NQP", "NKP", "DOT_PREC", "GATE", "ORDER"]
+# pick timed under one order need not be the best under another.  The head
+# dims and options come as the kernels' two constexpr groups
+# (flash_common.FWD_GROUPS), so every option keys a pick of its own.
+_KEY = ["DIMS", "OPTIONS", "GATE", "ORDER"]
 # Head dims of 65-128 (the common case) take a config measured on the H100
 # instead of autotuning: bf16, B=4, H=16, T from 1k to 16k, causal or not.
 # The first two configs of each sweep were within 2-5% of each other, close

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from core_triton.attention.flash_common import (
+    FWD_GROUPS,
     LN2,
     LOG2E,
     block_and_row,
@@ -148,7 +149,7 @@ def _fwd_blocks(
     return acc, m_i, l_i
 
 
-@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"))
+@jit(sizes=("Tq", "Tk", "q_chunk", "k_chunk"), groups=FWD_GROUPS)
 def flash_fwd_kernel(
     Q,
     K,
@@ -163,10 +164,8 @@ def flash_fwd_kernel(
     KRANGE,
     SINK,
     BIAS,
-    scale,
-    cap,
-    left,
-    right,
+    scale_cap,
+    window,
     Tq,
     Tk,
     q_chunk,
@@ -182,31 +181,37 @@ def flash_fwd_kernel(
     LSE_IN,
     OUT,
     LSE,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BD: tl.constexpr,
-    BDV: tl.constexpr,
-    BS: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    HAS_WINDOW: tl.constexpr,
-    HAS_CAP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_SEG: tl.constexpr,
-    HAS_RANGE: tl.constexpr,
-    HAS_SINK: tl.constexpr,
-    POS_MODE: tl.constexpr,
-    TEST: tl.constexpr,
-    NQP: tl.constexpr,
-    NKP: tl.constexpr,
-    ROW64: tl.constexpr,
-    DIV16: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DIMS: tl.constexpr,
+    OPTIONS: tl.constexpr,
     GATE: tl.constexpr,
     ORDER: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     EDGE_STAGES: tl.constexpr,
 ):
+    # The plan's constants by name (flash_common.FWD_GROUPS; its launch packs them).
+    D: tl.constexpr = DIMS[0]
+    DV: tl.constexpr = DIMS[1]
+    BD: tl.constexpr = DIMS[2]
+    BDV: tl.constexpr = DIMS[3]
+    BS: tl.constexpr = DIMS[4]
+    CAUSAL: tl.constexpr = OPTIONS[0]
+    HAS_WINDOW: tl.constexpr = OPTIONS[1]
+    HAS_CAP: tl.constexpr = OPTIONS[2]
+    HAS_BIAS: tl.constexpr = OPTIONS[3]
+    HAS_SEG: tl.constexpr = OPTIONS[4]
+    HAS_RANGE: tl.constexpr = OPTIONS[5]
+    POS_MODE: tl.constexpr = OPTIONS[6]
+    TEST: tl.constexpr = OPTIONS[7]
+    NQP: tl.constexpr = OPTIONS[8]
+    NKP: tl.constexpr = OPTIONS[9]
+    ROW64: tl.constexpr = OPTIONS[10]
+    DIV16: tl.constexpr = OPTIONS[11]
+    DOT_PREC: tl.constexpr = OPTIONS[12]
+    HAS_SINK: tl.constexpr = OPTIONS[13]
+    # The logits' scale and soft cap, the window's bounds: one argument each.
+    scale, cap = scale_cap
+    left, right = window
     # GATE: 0, a launch of its own; 1 or 2, one of a gated pair (flash.py's
     # gated_pair), which skips the blocks without a row of its kind
     # (flash_common.gated_rows) and writes OUT/LSE in full for the others.

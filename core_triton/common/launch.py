@@ -101,7 +101,7 @@ class LaunchPlan:
             raise KeyError(f"launch plan needs inputs {missing}") from None
 
     def launch_options(self) -> dict[str, Any]:
-        opts = dict(self.constexprs)
+        opts = kernel_constexprs(self.kernel, self.constexprs)
         if self.num_warps is not None:
             opts["num_warps"] = self.num_warps
         if self.num_stages is not None:
@@ -109,6 +109,23 @@ class LaunchPlan:
         if self.maxnreg is not None:
             opts["maxnreg"] = self.maxnreg
         return opts
+
+
+def kernel_constexprs(kernel: Any, constexprs: Mapping[str, Any]) -> dict[str, Any]:
+    """``constexprs`` (each constant by name) as ``kernel`` takes them: the
+    names of each of its constexpr groups (runtime.jit's ``groups``; an
+    autotuned kernel's function's) packed into one tuple argument, in the
+    group's order."""
+    groups = getattr(kernel, "constexpr_groups", None)
+    if groups is None:
+        groups = getattr(getattr(kernel, "fn", None), "constexpr_groups", None)
+    if not groups:
+        return dict(constexprs)
+    grouped = {n for names in groups.values() for n in names}
+    out = {k: v for k, v in constexprs.items() if k not in grouped}
+    for group, names in groups.items():
+        out[group] = tuple(constexprs[n] for n in names)
+    return out
 
 
 def launch_direct(
@@ -258,7 +275,7 @@ def _inspect(args: Sequence[Any], tensors: Sequence[int]) -> tuple[tuple[Any, ..
 
 def _make_replay(plan: LaunchPlan, args: Sequence[Any], compiled: Any) -> _Replay | None:
     kernel = plan.kernel
-    meta = dict(plan.constexprs)
+    meta = kernel_constexprs(kernel, plan.constexprs)
     if type(kernel).__name__ == "Autotuner":
         best = getattr(kernel, "best_config", None)
         if best is None:

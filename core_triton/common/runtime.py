@@ -83,7 +83,7 @@ def _driver_capability() -> int | None:
         return None
 
 
-def jit(*, sizes: tuple[str, ...] = ()):
+def jit(*, sizes: tuple[str, ...] = (), groups: dict[str, tuple[str, ...]] | None = None):
     """``triton.jit`` for our kernels.  ``sizes`` names the int arguments
     that change from call to call with the data (sequence lengths, numbers
     of sequences, row counts): Triton's launcher then passes them without
@@ -92,12 +92,21 @@ def jit(*, sizes: tuple[str, ...] = ()):
     kernel already compiled.  Only block sizes, head dims, head counts and
     options are compile-time constants.  The names are kept as
     ``kernel.runtime_sizes`` so the tests can check every plan against
-    them (jax-triton still makes an int equal to 1 a constant)."""
+    them (jax-triton still makes an int equal to 1 a constant).
+
+    ``groups``: constexpr arguments that each take a tuple of named
+    constants (``{"OPTIONS": ("CAUSAL", ...)}``), kept as
+    ``kernel.constexpr_groups``: a plan still names each constant, and its
+    launch packs them (LaunchPlan.launch_options), so that a kernel of many
+    options takes few arguments.  The kernel reads them back one at a time
+    (``CAUSAL: tl.constexpr = OPTIONS[0]``; unpacking a constexpr tuple
+    would make run-time values of them)."""
     import triton
 
     def decorate(fn):
         kernel = triton.jit(do_not_specialize=list(sizes))(fn)
         kernel.runtime_sizes = tuple(sizes)
+        kernel.constexpr_groups = dict(groups or {})
         return kernel
 
     return decorate

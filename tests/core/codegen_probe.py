@@ -21,7 +21,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from core_triton.attention import flash as core
-from core_triton.common.launch import In, TensorInfo
+from core_triton.common.launch import In, TensorInfo, kernel_constexprs
 
 _POINTER = {"bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
 _INPUT_DTYPES = {"lse": "float32", "delta": "float32", "dlse": "float32", "qoff": "int32", "koff": "int32"}
@@ -58,7 +58,8 @@ def compile_plan(plan, binding: str) -> str:
             attrs[(i,)] = divisible
         else:
             signature[name] = scalar((i,), arg)
-    for name, value in plan.constexprs.items():
+    # The plan's constants as the kernel takes them (its groups packed).
+    for name, value in kernel_constexprs(plan.kernel, plan.constexprs).items():
         signature[name], constexprs[(names.index(name),)] = "constexpr", value
     src = ASTSource(plan.kernel, signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages}

@@ -93,3 +93,53 @@ def test_register_cap_through_both_launchers(maxnreg):
     expect = np.float32(0.3).astype(np.float64) * x + y
     np.testing.assert_allclose(out_t.cpu().numpy(), expect, rtol=0, atol=1e-6 * np.abs(expect).max())
     np.testing.assert_array_equal(np.asarray(out_j), out_t.cpu().numpy())
+
+
+@autotune(
+    configs=[triton.Config({"BLOCK": 16}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)],
+    key=["rows"],
+)
+@triton.jit
+def _strided_rows_kernel(x, scale, rows, cols, strides, out, BLOCK: tl.constexpr):
+    """``out[r, c] = scale * x[r, c]`` of ``x`` at ``strides`` (one tuple
+    argument: its elements specialise one by one, as the flash kernels'
+    strides do), ``out`` contiguous."""
+    stride_r, stride_c = strides
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    r, c = i // cols, i % cols
+    m = i < rows * cols
+    tl.store(out + i, scale * tl.load(x + r * stride_r + c * stride_c, mask=m, other=0), mask=m)
+
+
+@pytest.mark.parametrize("autotuned", [False, True])
+@pytest.mark.parametrize("transposed", [False, True])  # strides (cols, 1): the 1 specialises to a constant
+def test_tuple_argument_through_both_launchers(autotuned, transposed):
+    """A kernel taking a tuple argument (the flash kernels' strides) runs the
+    same in both bindings, autotuned or on one config: jax-triton cannot
+    map it onto the kernel's names, so the JAX binding compiles it itself
+    (jax_api._compiled; an autotuned one as jaxlib's autotuned call)."""
+    from jax_api._launch import _takes_compiled_path
+
+    rows, cols = 37, 29
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((cols, rows) if transposed else (rows, cols)).astype(np.float32)
+    x = np.ascontiguousarray(base.T) if transposed else base  # the values of a [rows, cols] array
+    strides = (1, rows) if transposed else (cols, 1)  # of x within the buffer passed (base)
+    kernel = _strided_rows_kernel if autotuned else _strided_rows_kernel.fn
+    plan = LaunchPlan(
+        kernel=kernel,
+        grid=(lambda meta: (cdiv(rows * cols, meta["BLOCK"]),)) if autotuned else (cdiv(rows * cols, 16),),
+        params=(In("x"), 1.5, rows, cols, strides),
+        outputs=(OutputSpec((rows * cols,), "float32"),),
+        constexprs={} if autotuned else {"BLOCK": 16},
+        # An autotuned kernel takes its warps and stages from its configs.
+        **({"num_warps": None, "num_stages": None} if autotuned else {}),
+    )
+    device = "cpu" if is_interpreted(_axpy_kernel) else "cuda"
+    if device == "cuda":
+        assert _takes_compiled_path(plan)
+    (out_t,) = torch_launch(plan, {"x": torch.from_numpy(base.reshape(-1)).to(device)})
+    (out_j,) = jax_launch(plan, {"x": jnp.asarray(base.reshape(-1))})
+    expect = (np.float32(1.5) * x).reshape(-1)
+    np.testing.assert_array_equal(out_t.cpu().numpy(), expect)
+    np.testing.assert_array_equal(np.asarray(out_j), expect)
