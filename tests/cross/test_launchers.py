@@ -143,3 +143,39 @@ def test_tuple_argument_through_both_launchers(autotuned, transposed):
     expect = (np.float32(1.5) * x).reshape(-1)
     np.testing.assert_array_equal(out_t.cpu().numpy(), expect)
     np.testing.assert_array_equal(np.asarray(out_j), expect)
+
+
+def test_autotuned_plan_compiles_a_plan_a_config():
+    """The JAX binding's compiled path (jax_api._compiled) turns an autotuned
+    plan into one plan a config, each with the config's tile constexprs,
+    warps, stages and register cap and the grid they give, the plan's own
+    constexprs kept; jaxlib's autotuned call then times them (GPU only)."""
+    from jax_api._compiled import _config_plans
+
+    configs = [
+        triton.Config({"BLOCK": 16}, num_warps=1, num_stages=2),
+        triton.Config({"BLOCK": 64}, num_warps=2, num_stages=3, maxnreg=128),
+    ]
+    # Built here rather than with core_triton.autotune, which keeps one
+    # config under the interpreter.
+    tuned = triton.autotune(configs=configs, key=["rows"])(_strided_rows_kernel.fn)
+    rows, cols = 37, 29
+    plan = LaunchPlan(
+        kernel=tuned,
+        grid=lambda meta: (cdiv(rows * cols, meta["BLOCK"]), meta["EXTRA"]),
+        params=(In("x"), 1.5, rows, cols, (cols, 1)),
+        outputs=(OutputSpec((rows * cols,), "float32"),),
+        constexprs={"EXTRA": 3},
+        num_warps=None,
+        num_stages=None,
+    )
+    plans, names = _config_plans(plan)
+    got = [(p.kernel, p.grid, dict(p.constexprs), p.num_warps, p.num_stages, p.maxnreg) for p in plans]
+    assert got == [
+        (tuned.fn, (cdiv(rows * cols, 16), 3), {"EXTRA": 3, "BLOCK": 16}, 1, 2, None),
+        (tuned.fn, (cdiv(rows * cols, 64), 3), {"EXTRA": 3, "BLOCK": 64}, 2, 3, 128),
+    ]
+    assert names == tuple(str(c) for c in configs) and len(set(names)) == 2
+    # A plain kernel is its own one plan; a grid of its constexprs is fixed.
+    (alone,), _ = _config_plans(plans[1])
+    assert alone is plans[1]
