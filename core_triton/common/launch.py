@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core_triton.common.runtime import jit_function
+
 
 @dataclass(frozen=True)
 class TensorInfo:
@@ -116,9 +118,7 @@ def kernel_constexprs(kernel: Any, constexprs: Mapping[str, Any]) -> dict[str, A
     names of each of its constexpr groups (runtime.jit's ``groups``; an
     autotuned kernel's function's) packed into one tuple argument, in the
     group's order."""
-    groups = getattr(kernel, "constexpr_groups", None)
-    if groups is None:
-        groups = getattr(getattr(kernel, "fn", None), "constexpr_groups", None)
+    groups = getattr(jit_function(kernel), "constexpr_groups", None)
     if not groups:
         return dict(constexprs)
     grouped = {n for names in groups.values() for n in names}

@@ -17,12 +17,18 @@ def interpreter_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
+def jit_function(kernel):
+    """The jit function of ``kernel`` (itself, or the one an autotuner or
+    heuristics wraps)."""
+    while hasattr(kernel, "fn") and type(kernel).__name__ in ("Autotuner", "Heuristics"):
+        kernel = kernel.fn
+    return kernel
+
+
 def is_interpreted(kernel) -> bool:
     """True when ``kernel`` (a jit function, or an autotuner or heuristics
     wrapping one) was decorated under ``TRITON_INTERPRET=1``."""
-    while hasattr(kernel, "fn") and type(kernel).__name__ in ("Autotuner", "Heuristics"):
-        kernel = kernel.fn
-    return type(kernel).__name__ == "InterpretedFunction"
+    return type(jit_function(kernel)).__name__ == "InterpretedFunction"
 
 
 # The SM count plans assume where no GPU answers (the interpreter): the
